@@ -1,0 +1,250 @@
+"""Walk a run directory and classify every file into an artifact kind.
+
+Classification uses the name *and* a sniff of the first bytes, so an event file named
+``.txt`` is still an event file and a binary file named ``.log`` is not read as text.
+The walk is bounded (depth, file count), never follows a symlink out of the run or into
+a loop, and never opens anything that is not a regular file (a FIFO named ``train.log``
+must not block the analysis).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from autopsy.model import Artifact, ArtifactKind, ParseStatus
+
+DEFAULT_MAX_DEPTH = 12
+DEFAULT_MAX_FILES = 200_000
+SNIFF_BYTES = 512
+
+# Directories that never hold run artifacts but can hold very many files.
+_SKIP_DIRS = frozenset({".git", "__pycache__", ".ipynb_checkpoints", "node_modules", ".venv", "venv"})
+
+_LOG_SUFFIXES = frozenset({".log", ".out", ".err", ".txt", ".stdout", ".stderr"})
+_LOG_NAMES = frozenset({"nohup.out", "stdout", "stderr", "output", "log", "console", "train_log"})
+_NOT_LOG_TXT = re.compile(
+    r"(?i)^(merges|vocab|requirements.*|license.*|readme.*|notice.*|spm|added_tokens|dict|labels)\.txt$"
+)
+_CONFIG_SUFFIXES = frozenset({".yaml", ".yml", ".json", ".toml", ".cfg", ".ini"})
+_NOT_CONFIG_JSON = frozenset({"vocab.json", "special_tokens_map.json", "added_tokens.json"})
+_LAUNCH_SUFFIXES = frozenset({".sh", ".sbatch", ".slurm", ".bash", ".qsub", ".pbs"})
+_WEIGHT_SUFFIXES = frozenset({".safetensors", ".pt", ".pth", ".bin", ".ckpt", ".pkl", ".npz", ".gguf"})
+_EXIT_CODE_NAMES = frozenset({"exit_code", "exitcode", "returncode", "return_code", "exit_status", "exit_code.txt"})
+_NANOCHAT_META = re.compile(r"^meta_\d+\.json$")
+
+# torchrun --log-dir: <log_dir>/<run_id>/attempt_<n>/<local_rank>/{stdout,stderr}.log
+_TORCHRUN_RANK = re.compile(r"(?:^|/)attempt_\d+/(?P<rank>\d+)/(?:stdout|stderr|error)\.(?:log|json)$")
+# rank3.log, log_rank_3.txt, train-rank03.out, worker_rank2.err
+_NAME_RANK = re.compile(r"(?i)(?:^|[^a-z])rank[_\-.]?(?P<rank>\d{1,5})(?:\D|$)")
+
+
+@dataclass(frozen=True)
+class WalkLimits:
+    max_depth: int = DEFAULT_MAX_DEPTH
+    max_files: int = DEFAULT_MAX_FILES
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """What the walk found: the artifacts, and anything it could not walk into."""
+
+    artifacts: tuple[Artifact, ...]
+    problems: tuple[str, ...]  # one line each: "configs/: permission denied"
+    truncated: bool  # the walk stopped at max_files
+
+
+def rank_from_path(rel_path: str) -> int | None:
+    """The rank a log's path tells (torchrun's per-rank dirs, ``rank3.log``), else None."""
+    match = _TORCHRUN_RANK.search(rel_path)
+    if match:
+        return int(match.group("rank"))
+    match = _NAME_RANK.search(rel_path.rsplit("/", 1)[-1])
+    if match:
+        return int(match.group("rank"))
+    return None
+
+
+def _sniff(path: Path) -> tuple[bytes | None, str | None]:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        return None, _os_error_note(exc)
+    try:
+        return os.read(fd, SNIFF_BYTES), None
+    except OSError as exc:
+        return None, _os_error_note(exc)
+    finally:
+        os.close(fd)
+
+
+def _os_error_note(exc: OSError) -> str:
+    if isinstance(exc, PermissionError):
+        return "permission denied"
+    return exc.strerror or type(exc).__name__
+
+
+def is_tfevents_bytes(head: bytes) -> bool:
+    """An event file starts with a record whose payload is an Event with ``file_version``."""
+    return len(head) >= 16 and b"brain.Event:" in head[:128]
+
+
+def looks_binary(head: bytes) -> bool:
+    """True when the bytes are not text: NULs or mostly non-printable (UTF-16 logs are text)."""
+    if not head:
+        return False
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16 BOM: a text log from Windows tools
+        return False
+    if head[:4] == b"PK\x03\x04" or head[:2] == b"\x80\x02" or head[:1] == b"\x80":
+        return True
+    nul = head.count(0)
+    if nul > len(head) // 8:
+        # UTF-16 without BOM has NUL in every other byte but is text.
+        if head[1::2].count(0) > len(head) // 4 or head[0::2].count(0) > len(head) // 4:
+            return False
+        return True
+    control = sum(1 for b in head if b < 9 or 13 < b < 27 or 27 < b < 32)
+    return control > len(head) // 10
+
+
+def classify(rel_path: str, head: bytes | None) -> tuple[ArtifactKind, str | None]:
+    """Decide the kind (and sub-kind) of one file from its relative path and first bytes."""
+    name = rel_path.rsplit("/", 1)[-1]
+    lower = name.lower()
+    suffix = os.path.splitext(lower)[1]
+    if "tfevents" in lower or (head is not None and is_tfevents_bytes(head)):
+        return ArtifactKind.TFEVENTS, None
+    if lower == "trainer_state.json":
+        return ArtifactKind.TRAINER_STATE, None
+    if lower in _EXIT_CODE_NAMES:
+        return ArtifactKind.EXIT_CODE, None
+    if suffix in _WEIGHT_SUFFIXES:
+        return ArtifactKind.CHECKPOINT_FILE, suffix.lstrip(".")
+    if lower.endswith(".safetensors.index.json") or lower.endswith(".bin.index.json"):
+        return ArtifactKind.CHECKPOINT_FILE, "index"
+    if _NANOCHAT_META.match(lower):
+        return ArtifactKind.CHECKPOINT_FILE, "meta"
+    if suffix in _LAUNCH_SUFFIXES:
+        return ArtifactKind.LAUNCH_SCRIPT, None
+    if suffix in _CONFIG_SUFFIXES:
+        if lower in _NOT_CONFIG_JSON:
+            return ArtifactKind.OTHER, None
+        if lower == "config.json":
+            return ArtifactKind.CONFIG, "hf_config"
+        if lower in {"tokenizer.json", "tokenizer_config.json"}:
+            return ArtifactKind.CONFIG, "tokenizer"
+        if lower == "generation_config.json":
+            return ArtifactKind.CONFIG, "generation_config"
+        if rel_path.endswith(".hydra/config.yaml"):
+            return ArtifactKind.CONFIG, "hydra"
+        if lower in {"args.json", "training_args.json", "hparams.yaml", "cmd_args.json"}:
+            return ArtifactKind.CONFIG, "args_dump"
+        return ArtifactKind.CONFIG, None
+    is_log_name = (
+        suffix in _LOG_SUFFIXES and not _NOT_LOG_TXT.match(lower)
+    ) or lower in _LOG_NAMES or lower.startswith("slurm-")
+    if head is not None and looks_binary(head):
+        if is_log_name:
+            return ArtifactKind.OTHER, "binary"
+        return ArtifactKind.OTHER, None
+    if is_log_name:
+        return ArtifactKind.LOG, None
+    return ArtifactKind.OTHER, None
+
+
+def discover(root: Path, limits: WalkLimits | None = None) -> Discovery:
+    """Walk ``root`` and return every file as an :class:`Artifact` with its kind.
+
+    Unreadable files are artifacts with status ``unreadable``; directories the walk
+    could not enter are listed in ``problems``. Raises nothing for damage inside the run.
+    """
+    limits = limits or WalkLimits()
+    root = root.resolve()
+    artifacts: list[Artifact] = []
+    problems: list[str] = []
+    truncated = False
+    for entry in _walk(root, limits, problems):
+        if len(artifacts) >= limits.max_files:
+            truncated = True
+            problems.append(f"stopped listing after {limits.max_files} files")
+            break
+        artifacts.append(entry)
+    artifacts.sort(key=lambda a: a.path)
+    return Discovery(tuple(artifacts), tuple(problems), truncated)
+
+
+def _walk(root: Path, limits: WalkLimits, problems: list[str]) -> Iterator[Artifact]:
+    root_real = os.path.realpath(root)
+    seen_dirs: set[tuple[int, int]] = set()
+    try:
+        st = os.stat(root)
+        seen_dirs.add((st.st_dev, st.st_ino))
+    except OSError:
+        pass
+    stack: list[tuple[str, int]] = [(str(root), 0)]
+    while stack:
+        dir_path, depth = stack.pop()
+        rel_dir = os.path.relpath(dir_path, root).replace(os.sep, "/")
+        rel_dir = "" if rel_dir == "." else rel_dir + "/"
+        try:
+            with os.scandir(dir_path) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            problems.append(f"{rel_dir or './'}: {_os_error_note(exc)}")
+            continue
+        subdirs: list[str] = []
+        for entry in entries:
+            rel = rel_dir + entry.name
+            try:
+                is_link = entry.is_symlink()
+                st = os.stat(entry.path) if is_link else entry.stat(follow_symlinks=False)
+            except OSError as exc:
+                note = "broken symlink" if isinstance(exc, FileNotFoundError) else _os_error_note(exc)
+                yield Artifact(rel, ArtifactKind.OTHER, 0, 0.0, ParseStatus.UNREADABLE, note)
+                continue
+            if is_link:
+                target = os.path.realpath(entry.path)
+                if target != root_real and not target.startswith(root_real + os.sep):
+                    yield Artifact(
+                        rel, ArtifactKind.OTHER, 0, 0.0, ParseStatus.SKIPPED,
+                        "symlink that points outside the run directory (not followed)",
+                    )
+                    continue
+            if stat.S_ISDIR(st.st_mode):
+                if entry.name in _SKIP_DIRS:
+                    continue
+                key = (st.st_dev, st.st_ino)
+                if key in seen_dirs:
+                    if is_link:
+                        problems.append(f"{rel}/: symlink loop or repeated directory (not followed)")
+                    continue
+                seen_dirs.add(key)
+                if depth + 1 > limits.max_depth:
+                    problems.append(f"{rel}/: deeper than {limits.max_depth} levels (not walked)")
+                    continue
+                subdirs.append(entry.path)
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                what = "FIFO" if stat.S_ISFIFO(st.st_mode) else "device or socket"
+                yield Artifact(
+                    rel, ArtifactKind.OTHER, 0, st.st_mtime, ParseStatus.UNREADABLE,
+                    f"not a regular file ({what}); not opened",
+                )
+                continue
+            head, err = _sniff(Path(entry.path)) if st.st_size else (b"", None)
+            kind, detail = classify(rel, head)
+            status = ParseStatus.OK
+            note = None
+            if err is not None:
+                status, note = ParseStatus.UNREADABLE, err
+            elif kind is ArtifactKind.OTHER:
+                status = ParseStatus.SKIPPED
+                note = "binary content in a file named like a log" if detail == "binary" else None
+            rank = rank_from_path(rel) if kind is ArtifactKind.LOG else None
+            yield Artifact(rel, kind, st.st_size, st.st_mtime, status, note, rank, detail)
+        for sub in reversed(subdirs):
+            stack.append((sub, depth + 1))

@@ -1,0 +1,56 @@
+"""Canonical metric names for the many ways runs spell the same series.
+
+Rules ask for ``loss`` or ``lr``; TensorBoard says ``train/loss``, trainer_state says
+``loss``, nanochat says ``lrm``. ``canonical_metric`` maps a raw tag to one canonical name
+(or ``None`` when the tag is not one rules know).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+LOSS = "loss"
+EVAL_LOSS = "eval_loss"
+LR = "lr"
+LR_MULTIPLIER = "lr_multiplier"
+GRAD_NORM = "grad_norm"
+THROUGHPUT = "throughput"  # samples/s, tokens/s or it/s: higher is faster
+STEP_TIME = "step_time"  # seconds per step: lower is faster
+DATA_TIME = "data_time"  # seconds per step spent waiting for data
+LOSS_SCALE = "loss_scale"
+EPOCH = "epoch"
+
+# Order matters: the first pattern that matches the (lower-cased, prefix-stripped) tag wins.
+_RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(p), name)
+    for p, name in (
+        (r"^(eval|val|valid|validation|test)[_/ ]?(loss|nll|ce)$", EVAL_LOSS),
+        (r"^(eval|val|validation)_?bpb$", EVAL_LOSS),
+        (r"^(train[_/ ]?)?(loss|train_loss|total_loss|lm_loss|ce_loss|nll|loss_step|loss_epoch)$", LOSS),
+        (r"^(train[_/ ]?)?smooth(ed)?[_ ]?loss$", LOSS),
+        (r"^(train[_/ ]?)?(learning_rate|lr|lr-\w+|lr_\w+|learning rate)$", LR),
+        (r"^lr[_ ]?(m|mult|multiplier|scale)$", LR_MULTIPLIER),
+        (r"^(train[_/ ]?)?(grad_norm|gradient_norm|grad-norm|gnorm|total_norm|grad norm)$", GRAD_NORM),
+        (r"^(train[_/ ]?)?(samples_per_second|train_samples_per_second|tokens_per_second|tok/s|tokens/s|it/s|samples/s|tok_per_sec|throughput)$", THROUGHPUT),
+        (r"^(train[_/ ]?)?(step_time|s/it|time_per_step|iter_time|dt|batch_time|elapsed_per_step)$", STEP_TIME),
+        (r"^(train[_/ ]?)?(data_time|data_wait|dataloader_time|data)$", DATA_TIME),
+        (r"^(loss_scale|scale|grad_scale)$", LOSS_SCALE),
+        (r"^epoch$", EPOCH),
+    )
+)
+_PREFIX = re.compile(r"^(train|training|trainer|metrics|charts|scalars)[/.]")
+
+
+@lru_cache(maxsize=4096)
+def canonical_metric(tag: str) -> str | None:
+    """The canonical metric of a raw tag (``train/learning_rate`` -> ``lr``), or None."""
+    t = tag.strip().lower()
+    if not t:
+        return None
+    stripped = _PREFIX.sub("", t)
+    for candidate in (t, stripped, stripped.replace("/", "_")):
+        for pattern, name in _RULES:
+            if pattern.match(candidate):
+                return name
+    return None

@@ -1,0 +1,467 @@
+"""The parsed run: every artifact of a run directory, read lazily and cached.
+
+``load_run(path)`` only walks the directory. Each parsed view (``scalars``,
+``checkpoints``, ``config``...) is computed on first use and cached on the Run with
+``functools.cached_property``; nothing expensive is recomputed behind a property.
+pandas is imported here, never by ``import autopsy``.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autopsy.discover import Discovery, WalkLimits, discover
+from autopsy.metrics import canonical_metric
+from autopsy.model import Artifact, ArtifactKind, ParseStatus
+from autopsy.parsers.types import (
+    Checkpoint,
+    ChildFailure,
+    ConfigEntry,
+    DiskUsage,
+    LogScan,
+    Parsed,
+    PatternSpec,
+    TrainerState,
+    Traceback,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+DEFAULT_MAX_BYTES_PER_FILE = 8 * 1024**3  # 8 GiB: beyond this a log is only partly read
+SCALAR_COLUMNS = ("source", "path", "tag", "metric", "step", "wall_time", "value", "rank")
+
+
+class RunError(Exception):
+    """The run directory itself cannot be analysed (missing, not a directory, unreadable)."""
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to read a run. ``patterns`` are the log patterns of the loaded rule cards."""
+
+    patterns: tuple[PatternSpec, ...] = ()
+    max_bytes_per_file: int = DEFAULT_MAX_BYTES_PER_FILE
+    max_depth: int = 12
+    max_files: int = 200_000
+    check_crc: bool = True
+    in_progress_seconds: float = 120.0  # a partial file modified this recently is "in progress"
+    now: float | None = None  # analysis time (tests pin it); defaults to time.time()
+
+
+def load_run(path: str | os.PathLike[str], options: LoadOptions | None = None) -> Run:
+    """Open a run directory: walk and classify its files. Parsing happens on first use.
+
+    Raises :class:`RunError` when ``path`` does not exist, is not a directory, or cannot
+    be listed; damage inside the run never raises.
+    """
+    root = Path(path)
+    if not root.exists():
+        raise RunError(f"{path}: no such directory")
+    if not root.is_dir():
+        raise RunError(f"{path}: not a directory (autopsy analyses a run directory)")
+    if not os.access(root, os.R_OK | os.X_OK):
+        raise RunError(f"{path}: permission denied")
+    return Run(root, options or LoadOptions())
+
+
+class Run:
+    """A run directory and everything autopsy parsed from it.
+
+    DataFrame views (``artifacts``, ``scalars``, ``checkpoints``, ``tracebacks``,
+    ``config``) are built on first access and cached; their columns are documented on
+    each property.
+    """
+
+    def __init__(self, root: Path, options: LoadOptions) -> None:
+        self.root = root
+        self.options = options
+        self.now = options.now if options.now is not None else time.time()
+        # Parse damage found after discovery, by artifact path: (status, note).
+        self._damage: dict[str, tuple[ParseStatus, str | None]] = {}
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.root)!r})"
+
+    # ------------------------------------------------------------------ discovery
+
+    @cached_property
+    def discovery(self) -> Discovery:
+        """The walk: every file with its kind, plus directories that could not be walked."""
+        return discover(self.root, WalkLimits(self.options.max_depth, self.options.max_files))
+
+    def artifacts_of(self, kind: ArtifactKind) -> list[Artifact]:
+        return [a for a in self.discovery.artifacts if a.kind is kind and a.status is not ParseStatus.UNREADABLE]
+
+    def fs_path(self, rel_path: str) -> Path:
+        return self.root / rel_path
+
+    def record_damage(self, rel_path: str, status: ParseStatus, note: str | None) -> None:
+        """Parsers' damage lands here and shows in ``artifact_list`` / ``artifacts``."""
+        if status is ParseStatus.OK and note is None:
+            return
+        if status in (ParseStatus.TRUNCATED,) and self._is_fresh(rel_path):
+            status = ParseStatus.IN_PROGRESS
+            note = f"{note}; modified seconds ago, probably still being written" if note else None
+        self._damage[rel_path] = (status, note)
+
+    def _is_fresh(self, rel_path: str) -> bool:
+        for a in self.discovery.artifacts:
+            if a.path == rel_path:
+                return self.now - a.mtime < self.options.in_progress_seconds
+        return False
+
+    @property
+    def artifact_list(self) -> list[Artifact]:
+        """Every artifact with the status its parser gave it (parses what is not parsed yet)."""
+        self._parse_all()
+        out = []
+        for a in self.discovery.artifacts:
+            if a.path in self._damage:
+                status, note = self._damage[a.path]
+                a = replace(a, status=status, note=note)
+            out.append(a)
+        return out
+
+    def _parse_all(self) -> None:
+        _ = self.logs, self.tfevents, self.trainer_states, self.config_entries, self.checkpoint_list
+
+    # ------------------------------------------------------------------ parsed data
+
+    @cached_property
+    def logs(self) -> list[LogScan]:
+        """One :class:`LogScan` per text log, scanned once with every pattern of the loaded cards."""
+        from autopsy.parsers.logs import compile_patterns, scan_log
+
+        compiled = compile_patterns(self.options.patterns)
+        scans = []
+        for art in self.artifacts_of(ArtifactKind.LOG):
+            scan = scan_log(self.fs_path(art.path), art.path, compiled,
+                            max_bytes=self.options.max_bytes_per_file, rank=art.rank)
+            self.record_damage(art.path, scan.status, scan.note)
+            scans.append(scan)
+        return scans
+
+    @cached_property
+    def tfevents(self) -> list[tuple[str, pd.DataFrame]]:
+        """(path, frame with tag/step/wall_time/value) per event file."""
+        from autopsy.parsers.tensorboard import read_scalars
+
+        out = []
+        for art in self.artifacts_of(ArtifactKind.TFEVENTS):
+            parsed = read_scalars(self.fs_path(art.path), max_bytes=self.options.max_bytes_per_file,
+                                  check_crc=self.options.check_crc)
+            self.record_damage(art.path, parsed.status, parsed.note)
+            if parsed.value is not None:
+                out.append((art.path, parsed.value))
+        return out
+
+    @cached_property
+    def trainer_states(self) -> list[TrainerState]:
+        """Every readable ``trainer_state.json`` (root and checkpoints), root first then by step."""
+        from autopsy.parsers.trainer_state import read_trainer_state
+
+        out = []
+        for art in self.artifacts_of(ArtifactKind.TRAINER_STATE):
+            parsed = read_trainer_state(self.fs_path(art.path), art.path)
+            self.record_damage(art.path, parsed.status, parsed.note)
+            if parsed.value is not None:
+                out.append(parsed.value)
+        out.sort(key=lambda ts: (ts.path.count("/"), -(ts.global_step or 0)))
+        return out
+
+    @cached_property
+    def trainer_state(self) -> TrainerState | None:
+        """The most advanced trainer_state (highest global_step), or None."""
+        if not self.trainer_states:
+            return None
+        return max(self.trainer_states, key=lambda ts: (ts.global_step or -1, -ts.path.count("/")))
+
+    @cached_property
+    def config_entries(self) -> list[ConfigEntry]:
+        """Every flattened config value of configs, launch scripts and argument dumps."""
+        from autopsy.parsers.configs import read_config
+
+        entries: list[ConfigEntry] = []
+        for art in self.discovery.artifacts:
+            if art.kind not in (ArtifactKind.CONFIG, ArtifactKind.LAUNCH_SCRIPT) or art.status is ParseStatus.UNREADABLE:
+                continue
+            parsed = read_config(self.fs_path(art.path), art.path, art.kind, art.detail)
+            self.record_damage(art.path, parsed.status, parsed.note)
+            entries.extend(parsed.value or ())
+        return entries
+
+    def config_value(self, key: str, default: Any = None) -> ConfigEntry | None:
+        """The entry for a canonical key, preferring what the run was launched with.
+
+        Precedence: launch-script flags, then argument dumps, then training configs, then
+        model/tokenizer configs, then trainer_state; within one kind, the shallowest path.
+        """
+        rank = {"launch_flag": 0, "args_dump": 1, "hydra": 2, "yaml": 3, "json": 3, "toml": 3,
+                "meta": 4, "hf_config": 5, "tokenizer": 6, "trainer_state": 7}
+        cands = [e for e in self.config_entries if e.key == key and e.value is not None]
+        if not cands:
+            return default
+        return min(cands, key=lambda e: (rank.get(e.source, 5), e.path.count("/"), e.path, e.line or 0))
+
+    @cached_property
+    def checkpoint_list(self) -> list[Checkpoint]:
+        """Every checkpoint found, sorted by step (unknown steps first), integrity checked."""
+        from autopsy.parsers.checkpoints import find_checkpoints
+
+        cps = find_checkpoints(self.root, self.discovery.artifacts, now=self.now,
+                               in_progress_seconds=self.options.in_progress_seconds)
+        return sorted(cps, key=lambda c: (c.step if c.step is not None else -1, c.path))
+
+    @property
+    def latest_valid_checkpoint(self) -> Checkpoint | None:
+        """The newest checkpoint that can be resumed from (highest step, else newest mtime)."""
+        valid = [c for c in self.checkpoint_list if c.valid]
+        if not valid:
+            return None
+        return max(valid, key=lambda c: (c.step if c.step is not None else -1, c.mtime))
+
+    @cached_property
+    def disk(self) -> DiskUsage:
+        """Bytes of the run and its checkpoints; the filesystem's size/free *at analysis time*."""
+        import shutil
+
+        run_bytes = sum(a.size for a in self.discovery.artifacts)
+        ckpt_bytes = sum(c.bytes for c in self.checkpoint_list)
+        try:
+            du = shutil.disk_usage(self.root)
+            return DiskUsage(run_bytes, ckpt_bytes, du.total, du.free, du.used)
+        except OSError:
+            return DiskUsage(run_bytes, ckpt_bytes, None, None, None)
+
+    @cached_property
+    def exit_codes(self) -> list[tuple[str, int]]:
+        """(path, code) from exit-code files such as ``exit_code`` or ``returncode``."""
+        out = []
+        for art in self.artifacts_of(ArtifactKind.EXIT_CODE):
+            try:
+                with open(self.fs_path(art.path), "rb") as fh:
+                    text = fh.read(64).decode("ascii", "replace").strip()
+                out.append((art.path, int(text.split()[0])))
+            except (OSError, ValueError, IndexError):
+                self.record_damage(art.path, ParseStatus.UNREADABLE, "not an integer exit code")
+        return out
+
+    @property
+    def all_tracebacks(self) -> list[Traceback]:
+        return [tb for scan in self.logs for tb in scan.tracebacks]
+
+    @property
+    def all_child_failures(self) -> list[ChildFailure]:
+        return [cf for scan in self.logs for cf in scan.child_failures]
+
+    # ------------------------------------------------------------------ DataFrames
+
+    @cached_property
+    def scalars(self) -> pd.DataFrame:
+        """Every numeric series in one long frame (cached).
+
+        Columns: ``source`` ("tensorboard", "trainer_state", "log"), ``path`` (the file),
+        ``tag`` (as written), ``metric`` (canonical name such as "loss", "lr", "grad_norm",
+        or None), ``step`` (Int64), ``wall_time`` (float unix seconds, NaN when unknown),
+        ``value`` (float64, NaN/inf kept), ``rank`` (Int64, NA when not per-rank).
+        """
+        import pandas as pd
+
+        frames = []
+        for path, frame in self.tfevents:
+            if len(frame):
+                f = frame.assign(source="tensorboard", path=path, rank=pd.NA)
+                frames.append(f)
+        ts = self.trainer_state
+        if ts is not None:
+            rows = []
+            for entry in ts.log_history:
+                step = entry.get("step")
+                for tag, value in entry.items():
+                    if tag == "step":
+                        continue
+                    if isinstance(value, bool) or not isinstance(value, (int, float)):
+                        continue
+                    rows.append((tag, step, math.nan, float(value)))
+            if rows:
+                f = pd.DataFrame(rows, columns=["tag", "step", "wall_time", "value"])
+                frames.append(f.assign(source="trainer_state", path=ts.path, rank=pd.NA))
+        for scan in self.logs:
+            if scan.series:
+                f = pd.DataFrame(
+                    [(p.tag, p.step, p.wall_time if p.wall_time is not None else math.nan, p.value,
+                      p.rank if p.rank is not None else scan.rank) for p in scan.series],
+                    columns=["tag", "step", "wall_time", "value", "rank"],
+                )
+                frames.append(f.assign(source="log", path=scan.path))
+        if not frames:
+            return _empty_scalars()
+        df = pd.concat(frames, ignore_index=True)
+        tags = df["tag"].astype(str)
+        mapping = {t: canonical_metric(t) for t in tags.unique()}
+        df["metric"] = tags.map(mapping)
+        df["step"] = pd.to_numeric(df["step"], errors="coerce").astype("Int64")
+        df["rank"] = pd.to_numeric(df["rank"], errors="coerce").astype("Int64")
+        df["wall_time"] = pd.to_numeric(df["wall_time"], errors="coerce").astype("float64")
+        df["value"] = df["value"].astype("float64")
+        df["source"] = df["source"].astype("category")
+        return df[list(SCALAR_COLUMNS)]
+
+    def series(self, metric: str, *, source: str | None = None, rank: int | None = None) -> pd.DataFrame:
+        """The rows of ``scalars`` for one canonical metric from the best single source.
+
+        Without ``source``, picks the source with the most points (tensorboard, then
+        trainer_state, then log on ties) so rules never mix two copies of one series.
+        Sorted by step, duplicates of a step keep the last written.
+        """
+        df = self.scalars
+        sel = df[df["metric"] == metric]
+        if rank is not None:
+            sel = sel[sel["rank"] == rank]
+        if sel.empty:
+            return sel
+        if source is None:
+            order = {"tensorboard": 0, "trainer_state": 1, "log": 2}
+            counts = sel.groupby("source", observed=True).size()
+            source = max(counts.index, key=lambda s: (counts[s], -order.get(str(s), 9)))
+        sel = sel[sel["source"] == source]
+        if sel["path"].nunique() > 1 and sel["step"].notna().any():
+            sel = sel.sort_values(["step", "wall_time"], kind="stable")
+        else:
+            sel = sel.sort_values("step", kind="stable") if sel["step"].notna().any() else sel
+        return sel.drop_duplicates(subset=["step", "rank"], keep="last") if sel["step"].notna().all() else sel
+
+    @cached_property
+    def artifacts(self) -> pd.DataFrame:
+        """One row per file: path, kind, detail, size, mtime, status, note, rank (cached)."""
+        import pandas as pd
+
+        rows = [
+            (a.path, a.kind.value, a.detail, a.size, a.mtime, a.status.value, a.note, a.rank)
+            for a in self.artifact_list
+        ]
+        return pd.DataFrame(rows, columns=["path", "kind", "detail", "size", "mtime", "status", "note", "rank"])
+
+    @cached_property
+    def checkpoints(self) -> pd.DataFrame:
+        """One row per checkpoint: path, layout, step, n_files, bytes, mtime, valid, missing, problems."""
+        import pandas as pd
+
+        rows = [
+            (c.path, c.layout, c.step, len(c.files), c.bytes, c.mtime, c.valid, list(c.missing),
+             list(c.problems), c.in_progress)
+            for c in self.checkpoint_list
+        ]
+        df = pd.DataFrame(rows, columns=["path", "layout", "step", "n_files", "bytes", "mtime", "valid",
+                                         "missing", "problems", "in_progress"])
+        df["step"] = df["step"].astype("Int64")
+        return df
+
+    @cached_property
+    def tracebacks(self) -> pd.DataFrame:
+        """One row per traceback: path, line_start, line_end, rank, exc_type, message, innermost frame, chain."""
+        import pandas as pd
+
+        rows = []
+        for tb in self.all_tracebacks:
+            inner = tb.innermost
+            rows.append((tb.path, tb.line_start, tb.line_end, tb.rank, tb.exc_type, tb.message,
+                         f"{inner.file}:{inner.line}" if inner else None, inner.function if inner else None,
+                         len(tb.frames), tb.chain, tb.step))
+        df = pd.DataFrame(rows, columns=["path", "line_start", "line_end", "rank", "exc_type", "message",
+                                         "innermost", "function", "n_frames", "chain", "step"])
+        df["rank"] = df["rank"].astype("Int64")
+        df["step"] = df["step"].astype("Int64")
+        return df
+
+    @cached_property
+    def config(self) -> pd.DataFrame:
+        """Flattened config: key (canonical), raw_key, value, text, path, line, source (cached)."""
+        import pandas as pd
+
+        rows = [(e.key, e.raw_key, e.value, e.text, e.path, e.line, e.source) for e in self.config_entries]
+        df = pd.DataFrame(rows, columns=["key", "raw_key", "value", "text", "path", "line", "source"])
+        df["line"] = df["line"].astype("Int64")
+        return df
+
+    # ------------------------------------------------------------------ summaries
+
+    @cached_property
+    def last_step(self) -> int | None:
+        """The highest training step any artifact reached."""
+        steps: list[int] = []
+        s = self.scalars["step"].dropna()
+        if len(s):
+            steps.append(int(s.max()))
+        if self.trainer_state and self.trainer_state.global_step is not None:
+            steps.append(self.trainer_state.global_step)
+        steps.extend(c.step for c in self.checkpoint_list if c.step is not None)
+        steps.extend(scan.last_step for scan in self.logs if scan.last_step is not None)
+        return max(steps) if steps else None
+
+    @cached_property
+    def max_steps(self) -> int | None:
+        """The planned number of steps: trainer_state, config, or a ``step N/M`` log line."""
+        if self.trainer_state and self.trainer_state.max_steps and self.trainer_state.max_steps > 0:
+            return self.trainer_state.max_steps
+        entry = self.config_value("max_steps")
+        if entry is not None and isinstance(entry.value, (int, float)) and entry.value > 0:
+            return int(entry.value)
+        seen = [s.max_steps_seen for s in self.logs if s.max_steps_seen]
+        return max(seen) if seen else None
+
+    def _repr_html_(self) -> str:
+        arts = self.artifact_list
+        kinds: dict[str, int] = {}
+        for a in arts:
+            kinds[a.kind.value] = kinds.get(a.kind.value, 0) + 1
+        damaged = [a for a in arts if a.status not in (ParseStatus.OK, ParseStatus.SKIPPED)]
+        latest = self.latest_valid_checkpoint
+        rows = [
+            ("root", str(self.root)),
+            ("artifacts", ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))),
+            ("last step", self.last_step),
+            ("max steps", self.max_steps),
+            ("scalar points", len(self.scalars)),
+            ("checkpoints", len(self.checkpoint_list)),
+            ("latest valid checkpoint", latest.path if latest else None),
+            ("damaged artifacts", ", ".join(f"{a.path} ({a.status.value})" for a in damaged) or "none"),
+        ]
+        body = "".join(
+            f"<tr><th style='text-align:left'>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
+            for k, v in rows
+        )
+        return f"<table class='autopsy-run'>{body}</table>"
+
+
+def _empty_scalars() -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame(
+        {
+            "source": pd.Series([], dtype="category"),
+            "path": pd.Series([], dtype="object"),
+            "tag": pd.Series([], dtype="object"),
+            "metric": pd.Series([], dtype="object"),
+            "step": pd.Series([], dtype="Int64"),
+            "wall_time": pd.Series([], dtype="float64"),
+            "value": pd.Series([], dtype="float64"),
+            "rank": pd.Series([], dtype="Int64"),
+        }
+    )
+
+
+def scan_paths(scans: Sequence[LogScan]) -> list[str]:
+    return [s.path for s in scans]
+
+
+__all__ = ["LoadOptions", "Run", "RunError", "load_run", "Parsed"]
