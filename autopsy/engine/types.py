@@ -70,6 +70,7 @@ class Card:
     supersedes: tuple[str, ...] = ()  # ids this rule is primary over when both fire
     explains: tuple[str, ...] = ()  # ids whose findings this one explains (they link to it)
     aliases: tuple[str, ...] = ()
+    specificity: int = 0  # precedence tie-break: higher = more specific diagnosis (generic rules < 0)
     samples_match: tuple[str, ...] = ()
     samples_no_match: tuple[str, ...] = ()
     source: str = ""  # the YAML file it came from

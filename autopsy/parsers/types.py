@@ -107,6 +107,7 @@ class ChildFailure:
     error_file: str | None
     traceback: str | None
     time: str | None
+    root_cause: bool = False  # listed under "Root Cause (first observed failure)"
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,8 @@ class FileCheck:
     format: str  # "safetensors", "zip", "json", "index", "other"
     ok: bool
     problem: str | None = None  # "header says 2.1 GB of tensors, file has 0.4 GB"
+    note: str | None = None  # not a problem: "legacy pickle format, not inspected"
+    entries: int | None = None  # tensors in a safetensors header, members of a zip
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,266 @@
+"""Checkpoint rules: retention (count vs limit, disk forecast), corrupt checkpoints, work lost since the last one.
+
+They read ``run.checkpoint_list`` (integrity-checked by the checkpoint parser from headers
+only), the save settings of the config, and ``run.disk`` whose filesystem figures are
+taken *at analysis time*: after a disk-full crash the volume may have been cleaned, so
+forecasts say which figures they used.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import regex
+
+from autopsy.checks.run import end_signals, epoch_progress_time
+from autopsy.checks.series import cite, config_entry, config_evidence, config_float, median_cadence, rounded
+from autopsy.engine.types import CheckContext, NotEvaluated
+from autopsy.model import Confidence, Evidence, Finding, Severity
+from autopsy.parsers.types import Checkpoint
+from autopsy.run import Run
+
+LIMIT_KEYS = ("save_total_limit", "keep_last_n", "keep_last", "max_to_keep", "keep_checkpoint_max",
+              "max_checkpoints", "num_checkpoints_to_keep", "save_top_k", "checkpoints_total_limit")
+SAVE_STEPS_KEYS = ("save_steps", "save_every", "save_interval", "checkpoint_every", "checkpointing_steps",
+                   "every_n_train_steps", "ckpt_every")
+# What ENOSPC / EDQUOT look like in a traceback message or a log line.
+_ENOSPC = regex.compile(r"No space left on device|os error 28|Errno 28\b|ENOSPC|Disk quota exceeded|EDQUOT",
+                        regex.IGNORECASE)
+GB = 1e9
+
+
+def _gb(n: float) -> str:
+    return f"{n / GB:.1f} GB"
+
+
+def _complete(cps: Sequence[Checkpoint]) -> list[Checkpoint]:
+    return [c for c in cps if not c.in_progress]
+
+
+def _enospc_evidence(run: Run) -> list[Evidence]:
+    """Where the run reported ENOSPC: traceback messages first, then log tail lines."""
+    out: list[Evidence] = []
+    for tb in run.all_tracebacks:
+        if _ENOSPC.search(tb.message) or _ENOSPC.search(tb.exc_type):
+            out.append(Evidence(path=tb.path, line=tb.line_start, line_end=tb.line_end,
+                                excerpt=f"{tb.exc_type}: {tb.message}"[:300], rank=tb.rank))
+    for scan in run.logs:
+        for lineno, line in scan.tail:
+            if _ENOSPC.search(line) and not any(e.path == scan.path and e.line == lineno for e in out):
+                out.append(Evidence(path=scan.path, line=lineno, excerpt=line.strip()[:300], rank=scan.rank))
+    return out[:5]
+
+
+def save_cadence(run: Run, cps: Sequence[Checkpoint]) -> tuple[float | None, str | None]:
+    """Steps between saves: the configured save_steps, else the median step delta of checkpoints."""
+    v, entry = config_float(run, SAVE_STEPS_KEYS)
+    if v is not None and v > 0:
+        return v, cite(entry)
+    med = median_cadence(c.step for c in cps if c.step is not None)
+    return (med, "checkpoint step deltas") if med else (None, None)
+
+
+# ----------------------------------------------------------------------------- checkpoint.retention
+
+
+def retention(ctx: CheckContext) -> Iterable[Finding]:
+    """More checkpoints than the configured limit, or checkpoints on course to fill the disk."""
+    run = ctx.run
+    cps = _complete(run.checkpoint_list)
+    if not cps:
+        raise NotEvaluated("no checkpoints found")
+    count = len(cps)
+    sizes = np.array([c.bytes for c in cps if c.bytes > 0], dtype="float64")
+    per_ckpt = float(np.median(sizes)) if sizes.size else 0.0
+    total = float(sum(c.bytes for c in cps))
+    limit_entry = config_entry(run, LIMIT_KEYS)
+    limit = None
+    if limit_entry is not None:
+        try:
+            limit = int(float(limit_entry.value))
+        except (TypeError, ValueError):
+            limit = None
+        if limit is not None and limit <= 0:
+            limit = None  # -1 / 0 / None: keep everything (Lightning save_top_k=-1, HF None)
+    cadence, cadence_src = save_cadence(run, cps)
+    facts: dict[str, object] = {
+        "count": count, "limit": limit, "limit_source": cite(limit_entry) if limit is not None else None,
+        "bytes_per_checkpoint": int(per_ckpt), "checkpoint_bytes": int(total),
+        "save_every_steps": rounded(cadence) if cadence else None, "save_every_source": cadence_src,
+        "last_step": run.last_step, "max_steps": run.max_steps,
+    }
+    ev: list[Evidence] = []
+    reasons: list[str] = []
+    if limit_entry is not None and limit is not None:
+        ev.append(config_evidence(limit_entry))
+    # HF keeps the best checkpoint on top of save_total_limit when load_best_model_at_end is set.
+    allowance = 1 if run.trainer_state is not None and run.trainer_state.best_model_checkpoint else 0
+    over = limit is not None and count > limit + allowance
+    if over:
+        reasons.append(f"{count} checkpoints on disk but {cite(limit_entry)} sets a limit of {limit}: "
+                       "old checkpoints are not being deleted")
+        ev.extend(Evidence(path=c.path, detail=f"step {c.step}, {_gb(c.bytes)}") for c in cps[:count - limit][:5])
+    disk = run.disk
+    enospc = _enospc_evidence(run)
+    facts["disk_full_seen"] = bool(enospc)
+    growing = limit is None or over
+    forecast_hit = False
+    if disk.fs_total_bytes and per_ckpt > 0:
+        facts["fs_total_bytes_at_analysis"] = disk.fs_total_bytes
+        facts["fs_free_bytes_at_analysis"] = disk.fs_free_bytes
+        share = total / disk.fs_total_bytes
+        facts["checkpoint_share_of_volume"] = rounded(share, 3)
+        if growing and cadence and disk.fs_free_bytes is not None and disk.fs_used_bytes is not None:
+            other = max(0.0, disk.fs_used_bytes - total)
+            room = disk.fs_total_bytes - other
+            n_fit = int(room // per_ckpt)
+            first_step = min((c.step for c in cps if c.step is not None), default=int(cadence))
+            fill_step = int(first_step + n_fit * cadence)
+            facts["forecast_fill_step"] = fill_step
+            facts["forecast_saves_that_fit"] = n_fit
+            planned = run.max_steps
+            if planned is not None and fill_step <= planned:
+                forecast_hit = True
+                reasons.append(
+                    f"at {_gb(per_ckpt)} per save every {cadence:.0f} steps, a {_gb(disk.fs_total_bytes)} volume "
+                    f"with {_gb(other)} used by other files (at analysis time) fills at step ~{fill_step}, "
+                    f"before the planned {planned}")
+        if share >= float(ctx.param("max_volume_share")) and not over:
+            reasons.append(f"checkpoints take {share:.0%} of the {_gb(disk.fs_total_bytes)} volume")
+    if enospc and (over or growing or share_ok(facts, ctx)):
+        ev.extend(enospc)
+        reasons.insert(0, "the disk filled up (ENOSPC) while checkpoints accumulated")
+    if not reasons:
+        return []
+    severity = Severity.CRITICAL if enospc and (over or share_ok(facts, ctx) or forecast_hit) else Severity.WARNING
+    confidence = Confidence.HIGH if over else Confidence.MEDIUM
+    msg = (f"Checkpoint retention: {count} checkpoints, {_gb(per_ckpt)} each ({_gb(total)} in all); "
+           + "; ".join(reasons) + ".")
+    return [ctx.finding(msg, key="checkpoint.retention", facts=facts, evidence=ev, severity=severity,
+                        confidence=confidence, step=run.last_step)]
+
+
+def share_ok(facts: dict[str, object], ctx: CheckContext) -> bool:
+    """Checkpoints are a large enough share of the volume to be the reason it filled."""
+    share = facts.get("checkpoint_share_of_volume")
+    return isinstance(share, float) and share >= float(ctx.param("enospc_min_share"))
+
+
+# ----------------------------------------------------------------------------- checkpoint.corrupt
+
+
+def corrupt(ctx: CheckContext) -> Iterable[Finding]:
+    """Checkpoints that cannot be resumed from: truncated or unreadable files, missing files."""
+    run = ctx.run
+    cps = run.checkpoint_list
+    if not cps:
+        raise NotEvaluated("no checkpoints found")
+    latest_valid = run.latest_valid_checkpoint
+    newest_step = max((c.step for c in cps if c.step is not None and not c.in_progress), default=None)
+    out: list[Finding] = []
+    bad = [c for c in cps if not c.valid and not c.in_progress]
+    for c in bad[: int(ctx.param("max_findings"))]:
+        bad_files = [f for f in c.files if not f.ok]
+        facts: dict[str, object] = {
+            "checkpoint": c.path, "step": c.step, "layout": c.layout, "problems": list(c.problems),
+            "missing": list(c.missing), "bad_files": [{"path": f.path, "problem": f.problem} for f in bad_files],
+            "latest_valid_checkpoint": latest_valid.path if latest_valid else None,
+            "latest_valid_step": latest_valid.step if latest_valid else None,
+        }
+        ev = [Evidence(path=f.path, detail=f.problem or "unreadable") for f in bad_files[:5]]
+        ev.extend(Evidence(path=c.path, detail=f"missing {m}") for m in c.missing[:5])
+        if not ev:
+            ev.append(Evidence(path=c.path, detail="; ".join(c.problems)[:300]))
+        what = "; ".join([*c.problems, *(f"missing {m}" for m in c.missing)])[:400]
+        is_newest = c.step is not None and c.step == newest_step
+        newer_valid = latest_valid is not None and (latest_valid.step or -1) > (c.step or -1)
+        if latest_valid is None:
+            instead = "and there is no valid checkpoint to resume from"
+        elif newer_valid:
+            instead = f"a newer valid checkpoint exists: {latest_valid.path}"
+        else:
+            instead = f"resume from {latest_valid.path} (step {latest_valid.step}) instead"
+        severity = Severity.WARNING if newer_valid and not is_newest else Severity.ERROR
+        out.append(ctx.finding(f"Checkpoint {c.path} cannot be resumed from ({what}); {instead}.",
+                               key=f"checkpoint.corrupt:{c.layout}:{regex.sub(r'[0-9]+', 'N', c.path)}",
+                               facts=facts, evidence=ev, severity=severity, step=c.step))
+    return out
+
+
+# ----------------------------------------------------------------------------- checkpoint.gap
+
+
+def gap(ctx: CheckContext) -> Iterable[Finding]:
+    """Work lost by a crash or stop: steps and hours since the latest valid checkpoint."""
+    run = ctx.run
+    last, planned = run.last_step, run.max_steps
+    if last is None:
+        raise NotEvaluated("no training step found in any artifact")
+    if planned is not None and last >= planned:
+        return []  # it finished: a traceback printed on the way was survived
+    signals = end_signals(run)
+    stopped_short = planned is not None and last < planned and _inactive(run, ctx)
+    if not signals and not stopped_short:
+        return []  # finished, or still running: nothing was lost
+    latest = run.latest_valid_checkpoint
+    ck_step = (latest.step or 0) if latest is not None else 0
+    steps_lost = last - ck_step
+    if steps_lost <= 0:
+        return []
+    cps = run.checkpoint_list
+    cadence, cadence_src = save_cadence(run, cps)
+    seconds = _seconds_between(run, ck_step, last) if latest is not None else _seconds_between(run, None, last)
+    facts: dict[str, object] = {
+        "last_step": last, "checkpoint": latest.path if latest else None, "checkpoint_step": ck_step if latest else None,
+        "steps_lost": steps_lost, "seconds_lost": round(seconds, 1) if seconds is not None else None,
+        "save_every_steps": rounded(cadence) if cadence else None, "save_every_source": cadence_src,
+        "ended_by": signals[0].text if signals else "stopped before max_steps",
+    }
+    min_steps = int(ctx.param("min_steps_lost"))
+    min_seconds = float(ctx.param("min_seconds_lost"))
+    big = steps_lost >= min_steps or (seconds is not None and seconds >= min_seconds)
+    if cadence and steps_lost > float(ctx.param("cadence_factor")) * cadence:
+        big = True  # a save that should have happened did not
+        facts["missed_saves"] = int(steps_lost // cadence)
+    if not big:
+        return []
+    hours = f" (~{seconds / 3600:.1f} h)" if seconds is not None else ""
+    if latest is None:
+        msg = f"The run stopped at step {last} with no valid checkpoint at all: all {steps_lost} steps{hours} are lost."
+    else:
+        msg = (f"The run stopped at step {last}; the latest valid checkpoint is {latest.path} (step {ck_step}), "
+               f"so {steps_lost} steps{hours} must be redone")
+        msg += f" (saves every {cadence:.0f} steps per {cadence_src})." if cadence else "."
+    ev = [signals[0].evidence] if signals else []
+    if latest is not None:
+        ev.append(Evidence(path=latest.path, detail=f"latest valid checkpoint, step {ck_step}"))
+    return [ctx.finding(msg, key="checkpoint.gap", facts=facts, evidence=ev, step=last)]
+
+
+def _inactive(run: Run, ctx: CheckContext) -> bool:
+    t, _ = epoch_progress_time(run)
+    return t is not None and run.now - t > float(ctx.param("inactive_seconds"))
+
+
+def _seconds_between(run: Run, step_a: int | None, step_b: int) -> float | None:
+    """Wall seconds between two steps, from the series with the most wall times (one clock)."""
+    df = run.scalars
+    rows = df[df["wall_time"].notna() & df["step"].notna()]
+    if rows.empty:
+        return None
+    best = rows.groupby(["source", "path"], observed=True).size().idxmax()
+    grp = rows[(rows["source"] == best[0]) & (rows["path"] == best[1])]
+    per_step = grp.groupby("step")["wall_time"].min().sort_index()
+    xs = per_step.index.to_numpy(dtype="float64")
+    ys = per_step.to_numpy(dtype="float64")
+    if xs.size < 2:
+        return None
+    t_b = float(np.interp(step_b, xs, ys))
+    t_a = float(np.interp(step_a, xs, ys)) if step_a is not None else float(ys[0])
+    if step_b > xs[-1]:
+        rate = (ys[-1] - ys[0]) / max(xs[-1] - xs[0], 1.0)
+        t_b = float(ys[-1] + (step_b - xs[-1]) * rate)
+    d = t_b - t_a
+    return d if math.isfinite(d) and d >= 0 else None

@@ -1,0 +1,327 @@
+"""Process crashes: native faults, CUDA runtime errors, shape/device bugs, DataLoader worker deaths,
+and the generic uncaught exception (``crash.exception``) that no more specific rule explains.
+
+``crash.exception`` decides "explained" itself, without knowing other rules' findings: an
+exception whose line matches a firing pattern of any other loaded card (an OOM, ENOSPC,
+NCCL, ImportError... line) is left to that card; precedence then needs no special case.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import regex
+
+from autopsy.checks.common import (
+    CONTEXT_PREFIX,
+    evidence_for,
+    exception_line,
+    final_tracebacks,
+    frame_text,
+    group,
+    hit_count,
+    line_rule,
+    normalise_key,
+    project_frame,
+    rank_phrase,
+    ranks_of,
+    read_after,
+    recovered,
+    scan_of,
+    tb_chain,
+    where,
+)
+from autopsy.engine.types import CheckContext
+from autopsy.model import Evidence, Finding
+from autopsy.parsers.types import Hit, PatternSpec, Traceback
+
+_FAULTHANDLER_FRAME = regex.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+_WORKER_MARKERS = ("DataLoader worker", "encountered in worker")
+
+
+# ----------------------------------------------------------------------------- crash.segfault
+
+def _signal_of(text: str) -> str:
+    t = text
+    if "SIGBUS" in t or "Bus error" in t or "signal 7" in t or "-7)" in t:
+        return "SIGBUS"
+    if "SIGILL" in t or "signal 4" in t:
+        return "SIGILL"
+    if "Fatal Python error: Aborted" in t:
+        return "SIGABRT"
+    if "Fatal Python error" in t and "Segmentation fault" not in t and "Bus error" not in t:
+        return "fatal"
+    return "SIGSEGV"
+
+
+def _faulthandler_frames(ctx: CheckContext, hit: Hit) -> list[str]:
+    """The Python frames faulthandler printed under "Fatal Python error" (innermost first)."""
+    fatal = [h for h in ctx.hits.get("fatal_python", ()) if h.path == hit.path]
+    source = fatal[0] if fatal else hit
+    out = []
+    for line in read_after(ctx.run, source, max_lines=int(ctx.params.get("frames_after_lines", 25))):
+        m = _FAULTHANDLER_FRAME.match(line)
+        if m:
+            out.append(f"{m.group('file')}:{m.group('line')} in {m.group('func')}")
+    return out
+
+
+def segfault(ctx: CheckContext) -> Iterable[Finding]:
+    def facts(hit: Hit) -> dict[str, Any]:
+        frames = _faulthandler_frames(ctx, hit)
+        out: dict[str, Any] = {"signal": _signal_of(hit.text)}
+        if frames:
+            out["last_frames"] = frames[:8]
+            project = [f for f in frames if "-packages/" not in f and "/lib/python" not in f]
+            out["frame"] = (project or frames)[0]
+        return out
+
+    def message(hit: Hit, f: Mapping[str, Any], n: int) -> str:
+        sig = f.get("signal")
+        what = {"SIGBUS": "a bus error (SIGBUS)", "SIGILL": "an illegal instruction (SIGILL)",
+                "SIGABRT": "an abort (SIGABRT)", "fatal": "a fatal Python error"}.get(str(sig),
+                                                                                       "a segmentation fault (SIGSEGV)")
+        inside = f" in {f['frame']}" if f.get("frame") else ""
+        return f"The process died of {what}{inside}{rank_phrase(f)} ({where(hit)})."
+
+    def key(hit: Hit) -> str:
+        return _signal_of(hit.text)
+
+    def skip(hit: Hit) -> bool:
+        return any(m in hit.text for m in _WORKER_MARKERS)
+
+    return line_rule(ctx, names=("fatal_python", "segfault", "bus_error", "signal_line", "exit_139"),
+                     message=message, facts=facts, key=key, skip=skip)
+
+
+# ----------------------------------------------------------------------------- crash.exception
+
+@functools.lru_cache(maxsize=8)
+def _explainers(specs: tuple[PatternSpec, ...]) -> tuple[regex.Pattern[str], ...]:
+    out = []
+    for spec in specs:
+        rule, _, name = spec.key.rpartition("/")
+        if rule == "crash.exception" or name.startswith(CONTEXT_PREFIX):
+            continue
+        try:
+            out.append(regex.compile(spec.regex, regex.IGNORECASE if spec.ignore_case else 0))
+        except regex.error:
+            continue
+    return tuple(out)
+
+
+def _explained(tb: Traceback, explainers: Sequence[regex.Pattern[str]]) -> bool:
+    lines = [exception_line(tb), *[f"{tb.exc_type}: {ln}" for ln in tb.message.splitlines()[1:12]],
+             *tb.message.splitlines()[:12]]
+    return any(rx.search(line) for rx in explainers for line in lines)
+
+
+def _tb_key(tb: Traceback) -> str:
+    frame = project_frame(tb)
+    where_ = (frame.function or frame.file.rsplit("/", 1)[-1]) if frame is not None else "?"
+    return f"{tb.exc_type.rsplit('.', 1)[-1]}:{where_}"
+
+
+def exception(ctx: CheckContext) -> Iterable[Finding]:
+    ignore = set(ctx.params.get("ignore_exception_types", ()))
+    min_after = int(ctx.params.get("progress_after_steps", 2))
+    explainers = _explainers(tuple(ctx.run.options.patterns))
+    groups: dict[str, list[Traceback]] = {}
+    for tb in final_tracebacks(ctx.run):
+        if tb.exc_type.rsplit(".", 1)[-1] in ignore:
+            continue
+        if any(_explained(t, explainers) for t in tb_chain(tb)):
+            continue
+        scan = scan_of(ctx.run, tb.path)
+        if scan is not None and scan.last_step is not None and min_after > 0 \
+                and scan.last_step >= (tb.step if tb.step is not None else 0) + min_after:
+            continue  # caught and logged; training went on
+        groups.setdefault(_tb_key(tb), []).append(tb)
+    if not groups:
+        return []
+
+    def last_seen(tbs: list[Traceback]) -> tuple[float, int]:
+        t = max(tbs, key=lambda x: (x.wall_time or 0.0, x.line_end))
+        return (t.wall_time or 0.0, t.line_end)
+
+    ordered = sorted(groups.items(), key=lambda kv: last_seen(kv[1]), reverse=True)
+    findings = []
+    for key, tbs in ordered[: int(ctx.params.get("max_findings", 3))]:
+        lead = min(tbs, key=lambda t: (t.wall_time or float("inf"), t.path, t.line_start))
+        frame = project_frame(lead)
+        facts: dict[str, Any] = {"exc_type": lead.exc_type,
+                                 "message": (lead.message.splitlines() or [""])[0][:300],
+                                 "count": len(tbs)}
+        if frame is not None:
+            facts["frame"] = frame_text(frame)
+            facts["function"] = frame.function
+            facts["file"] = frame.file
+        ranks = sorted({t.rank for t in tbs if t.rank is not None})
+        if ranks:
+            facts["ranks"] = ranks
+        if lead.step is not None:
+            facts["step"] = lead.step
+        evidence = []
+        seen: set[tuple[str, int | None]] = set()
+        for t in [lead, *tbs]:
+            if (t.path, t.rank) in seen or len(evidence) >= 5:
+                continue
+            seen.add((t.path, t.rank))
+            f = project_frame(t)
+            evidence.append(Evidence(path=t.path, line=t.line_start, line_end=t.line_end,
+                                     excerpt=exception_line(t)[:400], rank=t.rank, step=t.step,
+                                     detail=f"raised in {frame_text(f)}" if f is not None else None))
+        inside = f" in {frame_text(frame)}" if frame is not None else ""
+        step = f" at step {lead.step}" if lead.step is not None else ""
+        msg = (f"The run died of an uncaught {exception_line(lead)[:200]!r}{inside}{step}{rank_phrase(facts)} "
+               f"({lead.path}:{lead.line_end}).")
+        findings.append(ctx.finding(msg, key=key, facts=facts, evidence=evidence, step=lead.step,
+                                    wall_time=lead.wall_time))
+    return findings
+
+
+# ----------------------------------------------------------------------------- cuda.runtime
+
+def cuda_runtime(ctx: CheckContext) -> Iterable[Finding]:
+    min_after = int(ctx.params.get("progress_after_steps", 2))
+    findings: list[Finding] = []
+    asserts = [h for h in ctx.hits.get("assertion", ()) if not recovered(ctx.run, h, min_after)]
+    triggered = [h for h in ctx.hits.get("device_assert", ()) if not recovered(ctx.run, h, min_after)]
+    if asserts or triggered:
+        facts: dict[str, Any] = {"error": "device-side assert triggered"}
+        lead = (triggered or asserts)[0]
+        if asserts:
+            common = Counter(group(h, "assertion") for h in asserts if group(h, "assertion")).most_common(1)
+            first = asserts[0]
+            if common:
+                facts["assertion"] = common[0][0]
+            for g in ("kernel", "kernel_file"):
+                value = next((group(h, g) for h in asserts if group(h, g)), None)
+                if value:
+                    facts[g] = value
+            facts["assert_lines"] = hit_count(ctx.run, ctx.card.id, ["assertion"])
+            lead = triggered[0] if triggered else first
+        ranks = ranks_of([*asserts, *triggered], ctx.run)
+        if ranks:
+            facts["ranks"] = ranks
+        if lead.step is not None:
+            facts["step"] = lead.step
+        evidence = evidence_for([*triggered[:2], *asserts[:3]])
+        hint = ""
+        a = str(facts.get("assertion", ""))
+        if "srcIndex < srcSelectDimSize" in a:
+            hint = ": an index is larger than an embedding table (token id >= vocab size, or position >= max positions)"
+        elif "n_classes" in a:
+            hint = ": a label id is outside [0, num_classes)"
+        what = f" (assertion `{a}`{' in ' + facts['kernel'] if 'kernel' in facts else ''})" if a else ""
+        at = f" at step {facts['step']}" if "step" in facts else ""
+        findings.append(ctx.finding(
+            f"A CUDA device-side assert killed the run{what}{hint}{at}{rank_phrase(facts)} ({where(lead)}).",
+            key=f"device_assert:{normalise_key(a)}", facts=facts, evidence=evidence, step=lead.step,
+            wall_time=lead.wall_time))
+
+    def facts_of(hit: Hit) -> dict[str, Any]:
+        return {"error": group(hit, "error") or (f"CUBLAS/CUDNN_STATUS_{group(hit, 'status')}"
+                                                 if group(hit, "status") else None)}
+
+    def message(hit: Hit, f: Mapping[str, Any], n: int) -> str:
+        if "xid" in f or "fallen off the bus" in hit.text or "ECC" in hit.text:
+            xid = f" Xid {f['xid']}" if "xid" in f else ""
+            return f"The GPU reported a hardware/driver fault{xid}{rank_phrase(f)} ({where(hit)}): drain the node."
+        return f"A CUDA kernel failed: {f.get('error') or hit.text.strip()[:120]}{rank_phrase(f)} ({where(hit)})."
+
+    def key(hit: Hit) -> str:
+        return str(group(hit, "xid") or group(hit, "status") or group(hit, "error") or normalise_key(hit.text))
+
+    findings.extend(line_rule(ctx, names=("illegal_access", "cublas_failure", "cudnn_failure", "xid", "ecc"),
+                              message=message, facts=facts_of, key=key))
+    return findings
+
+
+# ----------------------------------------------------------------------------- code.*
+
+def code_shape(ctx: CheckContext) -> Iterable[Finding]:
+    def message(hit: Hit, f: Mapping[str, Any], n: int) -> str:
+        inside = f" in {f['frame']}" if f.get("frame") else ""
+        return f"A tensor shape mismatch crashed the run{inside}: {hit.text.strip()[:200]} ({where(hit)})."
+
+    def key(hit: Hit) -> str:
+        tb_fn = hit.key.rsplit("/", 1)[-1]
+        return f"{tb_fn}:{group(hit, 'param') or ''}"
+
+    return line_rule(ctx, message=message, key=key)
+
+
+def code_device(ctx: CheckContext) -> Iterable[Finding]:
+    def skip(hit: Hit) -> bool:
+        a, b = group(hit, "input_type"), group(hit, "weight_type")
+        if a is None or b is None:
+            return False
+        return ("cuda" in a.lower()) == ("cuda" in b.lower())  # a dtype mismatch, not a device one
+
+    def facts(hit: Hit) -> dict[str, Any]:
+        devices = [d for d in (group(hit, n) for n in ("device_a", "device_b", "device_arg", "device_other"))
+                   if d]
+        for n in ("input_type", "weight_type"):
+            t = group(hit, n)
+            if t:
+                devices.append("cuda" if "cuda" in t.lower() else "cpu")
+        return {"devices": sorted(set(devices))} if devices else {}
+
+    def message(hit: Hit, f: Mapping[str, Any], n: int) -> str:
+        devs = " and ".join(f.get("devices", [])) or "two devices"
+        inside = f" in {f['frame']}" if f.get("frame") else ""
+        return f"An operation got tensors on different devices ({devs}){inside}{rank_phrase(f)} ({where(hit)})."
+
+    def key(hit: Hit) -> str:
+        f = facts(hit)
+        return ",".join(f.get("devices", [])) or normalise_key(hit.text)
+
+    return line_rule(ctx, message=message, facts=facts, key=key, skip=skip)
+
+
+# ----------------------------------------------------------------------------- data.worker
+
+def _worker_cause(signal_text: str | None, text: str) -> str:
+    s = (signal_text or "").lower()
+    if "bus error" in s or "shared memory" in text or "</torch_" in text or "bus error" in text.lower():
+        return "shared_memory"
+    if s.startswith("killed"):
+        return "host_oom"
+    if "timed out" in text:
+        return "timeout"
+    if s:
+        return "worker_crash"
+    return "unknown"
+
+
+def data_worker(ctx: CheckContext) -> Iterable[Finding]:
+    signals_by_file: dict[str, str] = {}
+    for h in ctx.hits.get("killed_by_signal", ()):
+        signals_by_file.setdefault(h.path, group(h, "signal") or "")
+
+    def cause(hit: Hit) -> str:
+        return _worker_cause(group(hit, "signal") or signals_by_file.get(hit.path), hit.text)
+
+    def facts(hit: Hit) -> dict[str, Any]:
+        c = cause(hit)
+        sig = group(hit, "signal") or signals_by_file.get(hit.path)
+        return {"cause": c, "signal": sig, "shm_hint": c == "shared_memory"}
+
+    def message(hit: Hit, f: Mapping[str, Any], n: int) -> str:
+        c = f.get("cause")
+        why = {"shared_memory": "out of shared memory (/dev/shm too small: docker --shm-size / --ipc=host, "
+                                "or fewer workers)",
+               "host_oom": "killed by SIGKILL, most likely the host OOM killer (fewer/lighter workers)",
+               "timeout": f"timed out after {f.get('timeout_s')} s waiting for a batch",
+               "worker_crash": f"killed by signal {f.get('signal')}"}.get(str(c), "exited unexpectedly")
+        at = f" at step {f['step']}" if "step" in f else ""
+        return f"A DataLoader worker died: {why}{at}{rank_phrase(f)} ({where(hit)})."
+
+    return line_rule(ctx, names=("killed_by_signal", "shm_bus_error", "shm_write", "loader_timeout",
+                                 "exited_unexpectedly"),
+                     message=message, facts=facts, key=cause)
+

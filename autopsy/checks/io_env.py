@@ -1,0 +1,157 @@
+"""File-system and environment failures: ``io.not_found``, ``io.permission``, ``env.import``, ``env.cuda``.
+
+All four are "this exception line means this failure" rules built on
+:func:`autopsy.checks.common.line_rule`: hits followed by training progress were handled
+and are dropped, one finding per distinct failure (same path / module / error), with the
+ranks that saw it and the innermost project frame of the traceback holding the line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from autopsy.checks.common import group, line_rule, normalise_key, rank_phrase, where
+from autopsy.engine.types import CheckContext
+from autopsy.model import Finding
+from autopsy.parsers.types import Hit
+
+_WARNING_MARKERS = ("Warning:", "WARNING", "warnings.warn", "[W ")
+
+
+def _path_of(hit: Hit) -> str | None:
+    for name in ("path", "file", "file2", "tokenizer", "ckpt"):
+        value = group(hit, name)
+        if value:
+            return value
+    return None
+
+
+def _at(facts: Mapping[str, Any]) -> str:
+    return f" at step {facts['step']}" if "step" in facts else ""
+
+
+def not_found(ctx: CheckContext) -> Iterable[Finding]:
+    def facts(hit: Hit) -> dict[str, Any]:
+        return {"path": _path_of(hit)}
+
+    def message(hit: Hit, f: Mapping[str, Any], n: int) -> str:
+        what = f"'{f['path']}'" if f.get("path") else "a needed file"
+        return f"The run stopped because {what} does not exist{_at(f)}{rank_phrase(f)} ({where(hit)})."
+
+    def key(hit: Hit) -> str:
+        path = _path_of(hit)
+        return normalise_key(path) if path else normalise_key(hit.text)
+
+    def skip(hit: Hit) -> bool:
+        return any(m in hit.text for m in _WARNING_MARKERS) or "cannot open shared object file" in hit.text
+
+    return line_rule(ctx, names=("checkpoint_not_found", "hf_missing_file", "hf_repo_not_found", "file_not_found",
+                                 "errno_2", "python_cannot_open", "shell_not_found"),
+                     message=message, facts=facts, key=key, skip=skip)
+
+
+def permission(ctx: CheckContext) -> Iterable[Finding]:
+    def facts(hit: Hit) -> dict[str, Any]:
+        return {"path": group(hit, "path"), "read_only": "Read-only file system" in hit.text}
+
+    def message(hit: Hit, f: Mapping[str, Any], n: int) -> str:
+        what = f"'{f['path']}'" if f.get("path") else "a path"
+        why = "is on a read-only file system" if f.get("read_only") else "is not accessible (permission denied)"
+        return f"The run stopped because {what} {why}{_at(f)}{rank_phrase(f)} ({where(hit)})."
+
+    def key(hit: Hit) -> str:
+        path = group(hit, "path")
+        return normalise_key(path) if path else normalise_key(hit.text)
+
+    return line_rule(ctx, names=("permission_error", "errno_13", "read_only_fs", "shell_denied"),
+                     message=message, facts=facts, key=key)
+
+
+def env_import(ctx: CheckContext) -> Iterable[Finding]:
+    def facts(hit: Hit) -> dict[str, Any]:
+        module = group(hit, "module")
+        out: dict[str, Any] = {}
+        if module:
+            out["package"] = module.split(".")[0]
+        if "undefined symbol" in hit.text or "numpy" in hit.text.lower() or "GLIBCXX" in hit.text:
+            out["kind"] = "abi"
+        elif "cannot open shared object file" in hit.text:
+            out["kind"] = "missing_library"
+        elif "ModuleNotFoundError" in hit.text:
+            out["kind"] = "missing_module"
+        else:
+            out["kind"] = "import_error"
+        return out
+
+    def message(hit: Hit, f: Mapping[str, Any], n: int) -> str:
+        kind = f.get("kind")
+        if kind == "missing_module":
+            what = f"module '{f.get('module')}' is not installed"
+        elif kind == "missing_library":
+            what = f"shared library {f.get('library')} cannot be found"
+        elif kind == "abi":
+            lib = f.get("library")
+            what = (f"a compiled extension ({lib}) does not match the installed packages" if lib
+                    else "a compiled extension was built against other package versions (ABI mismatch)")
+        elif f.get("name"):
+            what = f"'{f['name']}' cannot be imported from {f.get('module')} (version mismatch)"
+        else:
+            what = f"an import failed: {str(f.get('message', hit.text.strip()))[:160]}"
+        return f"The environment is broken: {what}{rank_phrase(f)} ({where(hit)})."
+
+    def key(hit: Hit) -> str:
+        for name in ("module", "library", "name"):
+            if group(hit, name):
+                return f"{name}:{normalise_key(group(hit, name) or '')}"
+        return normalise_key(hit.text)
+
+    def skip(hit: Hit) -> bool:
+        return any(m in hit.text for m in _WARNING_MARKERS)
+
+    return line_rule(ctx, names=("module_not_found", "cannot_import_name", "undefined_symbol", "shared_object",
+                                 "glibcxx", "numpy_abi", "import_error"),
+                     message=message, facts=facts, key=key, skip=skip)
+
+
+def env_cuda(ctx: CheckContext) -> Iterable[Finding]:
+    arch_hits = ctx.hits.get("arch_unsupported", [])
+    arch = group(arch_hits[0], "arch") if arch_hits else None
+    gpu_name = group(arch_hits[0], "gpu_name") if arch_hits else None
+
+    def facts(hit: Hit) -> dict[str, Any]:
+        out: dict[str, Any] = {"arch": arch, "gpu_name": gpu_name}
+        if "no kernel image" in hit.text or "capability" in hit.text:
+            out["kind"] = "arch_not_in_build"
+        elif "driver" in hit.text.lower():
+            out["kind"] = "driver"
+        elif "not compiled" in hit.text or "is_available() is False" in hit.text:
+            out["kind"] = "cpu_only_build"
+        elif "mismatches" in hit.text:
+            out["kind"] = "cuda_version_mismatch"
+        else:
+            out["kind"] = "no_gpu"
+        return out
+
+    def message(hit: Hit, f: Mapping[str, Any], n: int) -> str:
+        kind = f.get("kind")
+        if kind == "arch_not_in_build":
+            gpu = f" ({f['gpu_name'].strip()}, {f['arch']})" if f.get("gpu_name") and f.get("arch") else ""
+            what = f"the installed PyTorch build has no kernels for this GPU{gpu}"
+        elif kind == "driver":
+            drv = f" (driver {f['driver_version']})" if f.get("driver_version") else ""
+            what = f"the NVIDIA driver is too old for this PyTorch/CUDA build{drv}"
+        elif kind == "cpu_only_build":
+            what = "PyTorch has no usable CUDA (CPU-only build or no GPU) but the run needs it"
+        elif kind == "cuda_version_mismatch":
+            what = f"the CUDA toolkit ({f.get('detected')}) differs from PyTorch's ({f.get('torch_cuda')})"
+        else:
+            what = "no usable GPU was visible to the job"
+        return f"CUDA is unusable: {what}{rank_phrase(f)} ({where(hit)})."
+
+    def key(hit: Hit) -> str:
+        return str(facts(hit)["kind"])
+
+    return line_rule(ctx, names=("no_kernel_image", "driver_too_old", "not_compiled", "cuda_version_mismatch",
+                                 "no_driver", "gpu_required", "cuda_init", "arch_unsupported"),
+                     message=message, facts=facts, key=key)

@@ -1,0 +1,310 @@
+"""Training-dynamics rules on the loss and gradient-norm series: nonfinite, spike, plateau.
+
+All three read one series per metric (see :func:`autopsy.checks.series.load_series`) and
+use medians rather than means so one bad batch, an eval pause or fp16 loss-scale skips
+do not decide the outcome.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from autopsy.checks.series import (
+    Series,
+    cite,
+    config_evidence,
+    config_float,
+    fmt_value,
+    head_tail_medians,
+    load_series,
+    points_for_steps,
+    rolling_median_before,
+    rounded,
+    theil_sen_slope,
+)
+from autopsy.engine.types import CheckContext, NotEvaluated
+from autopsy.model import Confidence, Evidence, Finding, Severity
+
+if TYPE_CHECKING:
+    from autopsy.parsers.types import ConfigEntry
+    from autopsy.run import Run
+
+VOCAB_KEYS = ("vocab_size", "n_vocab", "padded_vocab_size", "num_tokens")
+CLASS_KEYS = ("num_labels", "num_classes", "n_classes")
+
+
+# ----------------------------------------------------------------------------- loss.nonfinite
+
+
+def nonfinite(ctx: CheckContext) -> Iterable[Finding]:
+    """The first NaN/Inf in the loss and in the grad norm, each reported on its own."""
+    run = ctx.run
+    loss = load_series(run, "loss")
+    gnorm = load_series(run, "grad_norm")
+    if loss is None and gnorm is None:
+        raise NotEvaluated("no loss or grad_norm series found")
+    n_before = int(ctx.param("values_before"))
+    max_transient = int(ctx.param("max_transient_points"))
+    max_transient_frac = float(ctx.param("max_transient_fraction"))
+    loss_ok = loss is None or bool(np.isfinite(loss.values).all())
+    out: list[Finding] = []
+    for s in (loss, gnorm):
+        if s is None:
+            continue
+        bad = ~np.isfinite(s.values)
+        if not bad.any():
+            continue
+        first = int(np.argmax(bad))
+        n_bad = int(bad.sum())
+        tail_ok = bool(np.isfinite(s.values[-1]))
+        recovered = tail_ok and (n_bad <= max_transient or n_bad <= max_transient_frac * len(s))
+        # fp16/AMP: the scaler skips a step whose gradients overflowed and logs its grad norm as
+        # inf/nan; when the loss stays finite and training goes on, that is the scaler working.
+        if s.metric == "grad_norm" and loss_ok and recovered:
+            continue
+        lo = max(0, first - n_before)
+        before = [[int(st), fmt_value(float(v))] for st, v in zip(s.steps[lo:first], s.values[lo:first])]
+        step = int(s.steps[first])
+        value = fmt_value(float(s.values[first]))
+        facts: dict[str, object] = {
+            "metric": s.metric, "tag": s.tag, "source": s.source, "path": s.path,
+            "first_step": step, "first_value": value, "n_nonfinite": n_bad, "n_points": len(s),
+            "values_before": before, "recovered": recovered,
+        }
+        finite_idx = np.flatnonzero(~bad[:first])
+        if finite_idx.size:
+            facts["last_finite_step"] = int(s.steps[finite_idx[-1]])
+            facts["last_finite_value"] = rounded(float(s.values[finite_idx[-1]]))
+        scale = load_series(run, "loss_scale")
+        if scale is not None and len(scale.finite()):
+            facts["min_loss_scale"] = rounded(float(np.min(scale.finite().values)))
+        trend = ""
+        if len(before) >= 2 and all(isinstance(v, float) for _, v in before):
+            vals = [float(v) for _, v in before]
+            if vals[-1] > 3 * max(abs(vals[0]), 1e-12):
+                trend = f", after rising from {vals[0]:.4g} to {vals[-1]:.4g}"
+        if recovered:
+            severity = Severity.WARNING
+            tail = f"; {n_bad} non-finite point(s), then finite again (transient)"
+        else:
+            severity = Severity.ERROR
+            tail = (f"; {n_bad} of {len(s)} points are non-finite and the last one is too" if not tail_ok
+                    else f"; {n_bad} of {len(s)} points are non-finite")
+        msg = f"{s.metric} became {value} at step {step} ({s.where}){trend}{tail}."
+        ev = [s.evidence(step=int(s.steps[lo]), step_end=step,
+                         excerpt=", ".join(f"{st}: {v}" for st, v in [*before, [step, value]]))]
+        out.append(ctx.finding(msg, key=f"loss.nonfinite:{s.metric}", facts=facts, evidence=ev,
+                               severity=severity, step=step, wall_time=_wall(s, first)))
+    return out
+
+
+def _wall(s: Series, idx: int) -> float | None:
+    w = float(s.wall_times[idx])
+    return w if math.isfinite(w) else None
+
+
+# ----------------------------------------------------------------------------- loss.spike
+
+
+def spike(ctx: CheckContext) -> Iterable[Finding]:
+    """Grad norm many times its running median (or a loss jump), and whether training recovered."""
+    run = ctx.run
+    gnorm = load_series(run, "grad_norm")
+    loss = load_series(run, "loss")
+    min_points = int(ctx.param("min_points"))
+    if (gnorm is None or len(gnorm.finite()) < min_points) and (loss is None or len(loss.finite()) < min_points):
+        raise NotEvaluated(f"no grad_norm or loss series with at least {min_points} finite points")
+    events: list[dict[str, object]] = []
+    used: Series | None = None
+    if gnorm is not None and len(gnorm.finite()) >= min_points:
+        used = gnorm.finite()
+        events = _events(used, float(ctx.param("ratio_to_median")), ctx, robust_z=None)
+    lf = loss.finite() if loss is not None else None
+    if not events and lf is not None and len(lf) >= min_points:
+        used = lf
+        events = _events(lf, float(ctx.param("loss_ratio_to_median")), ctx,
+                         robust_z=float(ctx.param("loss_robust_z")))
+    if not events or used is None:
+        return []
+    for ev in events:
+        _annotate_loss(ev, lf, ctx)
+    unrecovered = [e for e in events if e.get("recovered") is False]
+    if not unrecovered and len(events) < int(ctx.param("repeated_spikes_min")):
+        return []  # an isolated spike that training shrugged off is not a finding
+    worst = max(events, key=lambda e: float(e["ratio"]))  # type: ignore[arg-type]
+    facts: dict[str, object] = {
+        "metric": used.metric, "tag": used.tag, "path": used.path, "n_spikes": len(events),
+        "n_unrecovered": len(unrecovered), "step": worst["step"], "value": worst["value"],
+        "baseline": worst["baseline"], "ratio": worst["ratio"],
+        "ratio_to_median": float(ctx.param("ratio_to_median")) if used.metric == "grad_norm"
+        else float(ctx.param("loss_ratio_to_median")),
+        "spikes": events[:10],
+    }
+    for k in ("loss_before", "loss_after", "loss_jump", "recovered"):
+        if k in worst:
+            facts[k] = worst[k]
+    first_bad = unrecovered[0] if unrecovered else None
+    if first_bad is not None:
+        msg = (f"{used.metric} spiked to {worst['value']} at step {worst['step']} "
+               f"({worst['ratio']}x its running median {worst['baseline']}) and the loss did not come back "
+               f"(from {first_bad.get('loss_before')} to {first_bad.get('loss_after')} after step {first_bad['step']}).")
+        severity = Severity.WARNING
+    else:
+        msg = (f"{len(events)} {used.metric} spikes (worst {worst['ratio']}x its running median at step "
+               f"{worst['step']}); training recovered each time, but repeated spikes precede divergence.")
+        severity = Severity.WARNING
+    evidence = [used.evidence(step=int(e["step"]), excerpt=f"{used.tag}={e['value']} vs median {e['baseline']}")  # type: ignore[call-overload]
+                for e in events[:5]]
+    return [ctx.finding(msg, key=f"loss.spike:{used.metric}", facts=facts, evidence=evidence, severity=severity,
+                        step=int(worst["step"]))]  # type: ignore[call-overload]
+
+
+def _events(s: Series, ratio: float, ctx: CheckContext, robust_z: float | None) -> list[dict[str, object]]:
+    window = points_for_steps(s.steps, float(ctx.param("window_steps")), int(ctx.param("min_window_points")))
+    min_base = int(ctx.param("min_window_points"))
+    base = rolling_median_before(s.values, window, min_base)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = s.values / base
+        hot = (base > 0) & (r >= ratio)
+    if robust_z is not None:
+        # A loss is noisy around a falling trend: require the jump to stand out from the
+        # window's own spread too, not only be a ratio above its median.
+        import pandas as pd
+
+        dev = pd.Series(np.abs(s.values - np.nan_to_num(base)))
+        spread = dev.rolling(window, min_periods=min_base).median().shift(1).to_numpy()
+        with np.errstate(invalid="ignore"):
+            hot &= (s.values - base) >= robust_z * np.maximum(spread, 1e-12)
+    hot &= np.isfinite(base)
+    events: list[dict[str, object]] = []
+    i = 0
+    n = len(s)
+    while i < n:
+        if not hot[i]:
+            i += 1
+            continue
+        j = i
+        while j + 1 < n and hot[j + 1]:
+            j += 1
+        peak = i + int(np.argmax(s.values[i:j + 1]))
+        events.append({"step": int(s.steps[peak]), "step_end": int(s.steps[j]),
+                       "value": rounded(float(s.values[peak]), 4), "baseline": rounded(float(base[i]), 4),
+                       "ratio": rounded(float(s.values[peak] / base[i]), 3), "_i": i, "_j": j})
+        i = j + 1
+    return events
+
+
+def _annotate_loss(ev: dict[str, object], loss: Series | None, ctx: CheckContext) -> None:
+    """Loss just before the spike, the worst loss after it, and whether it came back."""
+    i, j = int(ev.pop("_i")), int(ev.pop("_j"))  # type: ignore[call-overload]
+    if loss is None or len(loss) < 4:
+        return
+    step, step_end = int(ev["step"]), int(ev["step_end"])  # type: ignore[call-overload]
+    del i, j
+    window = float(ctx.param("recovery_window_steps"))
+    before = loss.values[(loss.steps < step) & (loss.steps >= step - window)]
+    after = loss.values[(loss.steps > step_end) & (loss.steps <= step_end + window)]
+    at = loss.values[(loss.steps >= step) & (loss.steps <= step_end + max(1, window // 10))]
+    if before.size < 2:
+        return
+    lb = float(np.median(before))
+    ev["loss_before"] = rounded(lb, 4)
+    if at.size:
+        ev["loss_jump"] = rounded(float(np.max(at)) - lb, 4)
+    if after.size < 2:
+        ev["recovered"] = None  # the run ended (or the log stops) right after the spike
+        return
+    tail = after[-max(2, after.size // 3):]
+    la = float(np.median(tail))
+    ev["loss_after"] = rounded(la, 4)
+    tol = float(ctx.param("recovery_tolerance"))
+    ev["recovered"] = bool(la <= lb + tol * max(abs(lb), 1e-12))
+
+
+# ----------------------------------------------------------------------------- loss.plateau
+
+
+def plateau(ctx: CheckContext) -> Iterable[Finding]:
+    """A loss that stopped improving without having learned much, or that sits at chance level."""
+    run = ctx.run
+    s = load_series(run, "loss") or load_series(run, "eval_loss")
+    if s is None:
+        raise NotEvaluated("no loss series found")
+    s = s.finite()
+    min_points = int(ctx.param("min_points"))
+    if len(s) < min_points:
+        raise NotEvaluated(f"loss series has {len(s)} finite points (need {min_points})")
+    frac = float(ctx.param("window_fraction"))
+    span = float(s.steps[-1] - s.steps[0])
+    start = s.steps[-1] - frac * span
+    win = s.since(start)
+    if len(win) < int(ctx.param("min_window_points")):
+        win = Series(s.metric, s.source, s.path, s.tag, s.rank, s.steps[-int(ctx.param("min_window_points")):],
+                     s.values[-int(ctx.param("min_window_points")):],
+                     s.wall_times[-int(ctx.param("min_window_points")):], s.synthetic_steps)
+    x = win.steps.astype("float64")
+    slope = theil_sen_slope(x, win.values)
+    window_span = float(x[-1] - x[0]) or 1.0
+    level = float(np.median(win.values))
+    initial, final = head_tail_medians(s.values, float(ctx.param("edge_fraction")))
+    _, final_win = head_tail_medians(win.values, 0.25)
+    rel_improvement = -slope * window_span / max(abs(level), 1e-12)
+    drop_fraction = (initial - final) / max(abs(initial), 1e-12)
+    facts: dict[str, object] = {
+        "metric": s.metric, "tag": s.tag, "path": s.path,
+        "window_start_step": int(win.steps[0]), "window_end_step": int(win.steps[-1]), "window_points": len(win),
+        "slope_per_step": rounded(slope, 4), "relative_improvement_in_window": rounded(rel_improvement, 4),
+        "initial_loss": rounded(initial, 5), "final_loss": rounded(final, 5),
+        "drop_fraction": rounded(drop_fraction, 4),
+    }
+    ev: list[Evidence] = [s.evidence(step=int(s.steps[0]), step_end=int(s.steps[-1]),
+                                     excerpt=f"median {initial:.4g} at the start, {final:.4g} at the end")]
+    vocab, entry, kind = _vocab(run, final)
+    chance = None
+    if vocab is not None and vocab >= 2 and entry is not None:
+        chance = math.log(vocab)
+        facts.update({"vocab_size": int(vocab), "ln_vocab": rounded(chance, 5), "vocab_source": cite(entry),
+                      "vocab_kind": kind})
+        ev.append(config_evidence(entry))
+    flat = rel_improvement < float(ctx.param("min_relative_improvement"))
+    near_chance = chance is not None and final_win >= chance * (1 - float(ctx.param("chance_relative_tolerance")))
+    if near_chance and rel_improvement < float(ctx.param("chance_max_relative_improvement")):
+        facts["mode"] = "chance"
+        msg = (f"The loss sits at chance level: {final:.4g} over steps {win.steps[0]}..{win.steps[-1]} against "
+               f"ln({int(vocab or 0)}) = {chance:.4g} ({kind} from {cite(entry)}): the model predicts no better than "
+               "uniform guessing (\"fake learning\": labels not reaching the loss, a frozen model, LR ~ 0).")
+        return [ctx.finding(msg, key="loss.plateau:chance", facts=facts, evidence=ev, step=int(win.steps[0]))]
+    if not flat:
+        return []
+    learned = drop_fraction >= float(ctx.param("min_drop_fraction"))
+    below_chance = chance is not None and final < chance * (1 - float(ctx.param("chance_relative_tolerance")))
+    if learned or (below_chance and drop_fraction > 0):
+        return []  # a converged run: it learned first, then flattened
+    facts["mode"] = "stuck"
+    chance_txt = f" (ln(V) = {chance:.4g})" if chance is not None else ""
+    msg = (f"The loss stopped improving: {final:.4g} at the end vs {initial:.4g} at the start "
+           f"({100 * drop_fraction:.1f}% lower), and over steps {win.steps[0]}..{win.steps[-1]} the robust trend "
+           f"changes it by {100 * rel_improvement:.2f}%{chance_txt}.")
+    return [ctx.finding(msg, key="loss.plateau:stuck", facts=facts, evidence=ev, step=int(win.steps[0]),
+                        confidence=Confidence.MEDIUM if chance is None else None)]
+
+
+def _vocab(run: Run, final: float) -> tuple[float | None, ConfigEntry | None, str]:
+    """The vocabulary size or number of classes whose chance loss ln(N) is nearest the final loss.
+
+    A classifier's config.json carries the backbone's vocab_size *and* num_labels; the
+    loss tells which of the two the training objective is over.
+    """
+    cands = []
+    for keys, kind in ((VOCAB_KEYS, "vocab_size"), (CLASS_KEYS, "num_labels")):
+        v, entry = config_float(run, keys)
+        if v is not None and v >= 2:
+            cands.append((abs(final - math.log(v)) / math.log(v), v, entry, kind))
+    if not cands:
+        return None, None, ""
+    _, v, entry, kind = min(cands, key=lambda c: c[0])
+    return v, entry, kind

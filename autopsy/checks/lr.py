@@ -1,0 +1,221 @@
+"""Learning-rate rules: the observed LR series against the configured peak, minimum, warmup and schedule.
+
+``lr.floor``: a schedule that stops decaying at a fraction of its peak (``0.1 + 0.9 *
+cosine``) while the config asks it to reach 0 (or a lower minimum).
+``lr.mismatch``: an observed LR orders of magnitude from the configured one, or a warmup
+longer than the run, so the configured peak is never reached.
+
+Both accept an absolute LR series (``lr``) or, for nanochat-style loops, the LR
+multiplier (``lrm``), where "peak" is the multiplier's maximum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from autopsy.checks.series import (
+    Series,
+    cite,
+    config_entry,
+    config_evidence,
+    config_float,
+    load_series,
+    rounded,
+)
+from autopsy.engine.types import CheckContext, NotEvaluated
+from autopsy.model import Confidence, Evidence, Finding, Severity
+
+if TYPE_CHECKING:
+    from autopsy.parsers.types import ConfigEntry
+    from autopsy.run import Run
+
+LR_KEYS = ("learning_rate", "lr", "max_lr", "peak_lr", "base_lr")
+MIN_LR_KEYS = ("min_lr", "lr_min", "eta_min", "min_learning_rate", "end_lr", "lr_end", "final_lr",
+               "minimum_lr", "final_learning_rate")
+MIN_LR_RATIO_KEYS = ("final_lr_frac", "min_lr_ratio", "min_lr_rate", "lr_min_ratio", "final_lr_ratio",
+                     "final_div_factor_inverse")
+SCHEDULER_KEYS = ("lr_scheduler_type", "lr_scheduler", "scheduler", "lr_schedule", "lr_decay_style",
+                  "decay_style", "schedule", "scheduler_type")
+DECAY_END_KEYS = ("lr_decay_steps", "lr_decay_iters", "decay_steps", "num_training_steps", "total_steps",
+                  "train_iters", "num_iterations", "max_steps")
+WARMUP_KEYS = ("warmup_steps", "num_warmup_steps", "lr_warmup_steps", "warmup_iters", "lr_warmup_iters")
+WARMUP_RATIO_KEYS = ("warmup_ratio", "lr_warmup_fraction", "warmup_frac", "warmup_fraction")
+
+# Scheduler names whose default end value is 0 (HF get_scheduler, torch CosineAnnealingLR,
+# Megatron decay styles) and names that never decay (a floor there is by design).
+_DECAY_TO_ZERO = ("cosine", "linear", "polynomial", "poly", "warmup_stable_decay", "wsd", "onecycle", "one_cycle")
+_NO_DECAY = ("constant", "inverse_sqrt", "reduce_lr_on_plateau", "plateau", "cosine_with_min_lr",
+             "step", "exponential", "multistep")
+
+
+def _lr_series(ctx: CheckContext) -> Series | None:
+    s = load_series(ctx.run, "lr")
+    if s is not None and len(s.finite()) >= int(ctx.param("min_points")):
+        return s.finite()
+    m = load_series(ctx.run, "lr_multiplier")
+    if m is not None and len(m.finite()) >= int(ctx.param("min_points")):
+        return m.finite()
+    return None
+
+
+def _schedule_type(run: Run) -> tuple[str | None, ConfigEntry | None]:
+    """The configured scheduler name, normalised (``cosine``, ``linear``...), and its entry."""
+    entry = config_entry(run, SCHEDULER_KEYS)
+    if entry is None or not isinstance(entry.value, str):
+        return None, None
+    return entry.value.strip().lower().replace("-", "_"), entry
+
+
+# ----------------------------------------------------------------------------- lr.floor
+
+
+def floor(ctx: CheckContext) -> Iterable[Finding]:
+    """The LR levels off at a fraction of its peak while the config wants it to reach a lower end."""
+    run = ctx.run
+    s = _lr_series(ctx)
+    if s is None:
+        raise NotEvaluated(f"no LR or LR-multiplier series with at least {ctx.param('min_points')} points")
+    peak_i = int(np.argmax(s.values))
+    peak = float(s.values[peak_i])
+    if peak <= 0:
+        return []
+    k = max(1, int(ctx.param("final_points")))
+    final = float(np.median(s.values[-k:]))
+    ratio = final / peak
+    end, end_entry = config_float(run, DECAY_END_KEYS)
+    if end is None and run.max_steps:
+        end, end_entry = float(run.max_steps), None
+    last = int(s.steps[-1])
+    tail_n = max(3, int(round(len(s) * float(ctx.param("flat_tail_fraction")))))
+    tail = s.values[-tail_n:]
+    flat_tail = bool(np.ptp(tail) <= float(ctx.param("flat_relative_tolerance")) * max(abs(final), 1e-30))
+    reached = end is not None and last >= end * (1 - float(ctx.param("end_tolerance_fraction")))
+    if end is None and not flat_tail:
+        raise NotEvaluated("no known schedule end (max_steps / lr_decay_steps) and the LR is still moving")
+    if not reached and not flat_tail:
+        return []  # the schedule has not had the chance to reach its end yet
+    if not (float(ctx.param("min_floor_ratio")) <= ratio <= float(ctx.param("max_floor_ratio"))):
+        return []  # decayed to ~0 as planned, or never decayed (a constant schedule is a choice)
+    sched, sched_entry = _schedule_type(run)
+    min_abs, min_entry = config_float(run, MIN_LR_KEYS)
+    min_ratio_cfg, ratio_entry = config_float(run, MIN_LR_RATIO_KEYS)
+    peak_cfg, peak_entry = config_float(run, LR_KEYS)
+    facts: dict[str, object] = {
+        "metric": s.metric, "tag": s.tag, "path": s.path, "peak": rounded(peak), "peak_step": int(s.steps[peak_i]),
+        "observed_floor": rounded(final), "final_step": last, "ratio": rounded(ratio, 4),
+        "schedule_end_step": int(end) if end is not None else None, "schedule_end_source": cite(end_entry)
+        if end_entry is not None else ("max_steps" if end is not None else None), "flat_tail": flat_tail,
+    }
+    ev: list[Evidence] = [s.evidence(step=int(s.steps[peak_i]), step_end=last,
+                                     excerpt=f"peak {peak:.4g} at step {int(s.steps[peak_i])}, "
+                                             f"{final:.4g} at step {last}")]
+    expected: float | None = None
+    confidence = Confidence.HIGH
+    if min_ratio_cfg is not None and ratio_entry is not None:
+        expected = min_ratio_cfg
+        facts.update({"configured_min_ratio": min_ratio_cfg, "configured_min_source": cite(ratio_entry)})
+        ev.append(config_evidence(ratio_entry))
+    elif min_abs is not None and min_entry is not None:
+        ref = peak if s.metric == "lr" else (peak_cfg or peak)
+        if s.metric == "lr_multiplier" and peak_cfg is None:
+            ref = 0.0
+        expected = min_abs / ref if ref else None
+        facts.update({"configured_min": min_abs, "configured_min_source": cite(min_entry)})
+        if expected is not None:
+            facts["configured_min_ratio"] = rounded(expected, 4)
+        ev.append(config_evidence(min_entry))
+    if sched is not None and sched_entry is not None:
+        facts.update({"schedule_type": sched, "schedule_type_source": cite(sched_entry)})
+        ev.append(config_evidence(sched_entry))
+        if expected is None and any(sched.startswith(n) for n in _NO_DECAY):
+            return []  # this scheduler does not go to 0 by design
+        if expected is None and any(sched.startswith(n) for n in _DECAY_TO_ZERO):
+            expected = 0.0
+            confidence = Confidence.MEDIUM
+            facts["configured_min_ratio"] = 0.0
+            facts["configured_min_source"] = f"default of {sched} (no min configured)"
+    if expected is None:
+        if not flat_tail:
+            return []
+        # No stated intent: only a schedule that is dead flat at the end reads as a floor.
+        confidence = Confidence.LOW
+        facts["configured_min_source"] = None
+    elif ratio - expected < float(ctx.param("min_gap_ratio")) or ratio < 1.5 * expected:
+        return []
+    want = (f"the configured minimum is {expected:.3g} of peak ({facts.get('configured_min_source')})"
+            if expected is not None else "nothing in the config says it should stop there")
+    shape = "flat over the last part of the run" if flat_tail else "still above the end value at the planned end"
+    msg = (f"The {'LR multiplier' if s.metric == 'lr_multiplier' else 'learning rate'} stops decaying at "
+           f"{ratio:.1%} of its peak ({final:.3g} vs {peak:.3g}, {shape}) while {want}: the schedule has a floor "
+           "(e.g. `0.1 + 0.9 * cosine`) and the end of training runs at a much higher LR than planned.")
+    return [ctx.finding(msg, key=f"lr.floor:{s.metric}", facts=facts, evidence=ev, confidence=confidence, step=last)]
+
+
+# ----------------------------------------------------------------------------- lr.mismatch
+
+
+def mismatch(ctx: CheckContext) -> Iterable[Finding]:
+    """Observed LR orders of magnitude from the configured one, or a warmup longer than the run."""
+    run = ctx.run
+    cfg, cfg_entry = config_float(run, LR_KEYS)
+    warm, warm_entry = config_float(run, WARMUP_KEYS)
+    wratio, wratio_entry = config_float(run, WARMUP_RATIO_KEYS)
+    planned = run.max_steps
+    if warm is None and wratio is not None and planned:
+        warm, warm_entry = wratio * planned, wratio_entry
+    s = load_series(run, "lr")
+    s = s.finite() if s is not None else None
+    if s is not None and len(s) == 0:
+        s = None
+    if cfg is None and warm is None:
+        raise NotEvaluated("no configured learning_rate or warmup found")
+    facts: dict[str, object] = {}
+    ev: list[Evidence] = []
+    reasons: list[str] = []
+    severity = Severity.ERROR
+    if cfg_entry is not None:
+        facts.update({"configured": cfg, "configured_source": cite(cfg_entry)})
+        ev.append(config_evidence(cfg_entry))
+    if warm is not None and warm_entry is not None:
+        facts.update({"warmup_steps": rounded(warm), "warmup_source": cite(warm_entry)})
+        ev.append(config_evidence(warm_entry))
+    last = run.last_step
+    facts["max_steps"] = planned
+    facts["last_step"] = last
+    warm_too_long = warm is not None and planned is not None and warm >= planned
+    if warm_too_long:
+        reasons.append(f"the warmup ({warm:.0f} steps, {cite(warm_entry)}) is longer than the whole run "
+                       f"({planned} steps), so the configured peak is never reached")
+    ratio = None
+    if s is not None and cfg is not None and cfg > 0:
+        i = int(np.argmax(s.values))
+        observed = float(s.values[i])
+        ratio = observed / cfg
+        facts.update({"observed_max": rounded(observed), "observed_max_step": int(s.steps[i]),
+                      "observed_source": f"{s.tag} in {s.path}", "ratio": rounded(ratio, 4)})
+        ev.append(s.evidence(step=int(s.steps[0]), step_end=int(s.steps[-1]),
+                             excerpt=f"max {observed:.4g} at step {int(s.steps[i])}"))
+        threshold = float(ctx.param("ratio_threshold"))
+        if ratio <= 1 / threshold or ratio >= threshold:
+            why = ""
+            if warm is not None and s.steps[-1] < warm:
+                why = (f"; the warmup ({warm:.0f} steps) is longer than the {int(s.steps[-1])} steps logged, "
+                       "so the LR was still ramping up")
+                facts["warmup_longer_than_run"] = True
+            elif not warm_too_long:
+                why = "; look for a scheduler stepped per sample instead of per step, or an LR scale applied twice"
+            direction = "below" if ratio < 1 else "above"
+            reasons.insert(0, f"the logged LR peaks at {observed:.3g} ({s.tag}), {1 / ratio if ratio < 1 else ratio:.3g}x "
+                              f"{direction} the configured {cfg:.3g} ({cite(cfg_entry)}){why}")
+    elif s is None and not warm_too_long:
+        raise NotEvaluated("no LR series found to compare with the configured learning_rate")
+    if not reasons:
+        return []
+    if warm_too_long:
+        facts["warmup_longer_than_run"] = True
+    msg = "The learning rate is not what the config says: " + "; and ".join(reasons) + "."
+    key = "lr.mismatch:warmup" if facts.get("warmup_longer_than_run") else "lr.mismatch:scale"
+    return [ctx.finding(msg, key=key, facts=facts, evidence=ev, severity=severity, step=last)]

@@ -1,0 +1,409 @@
+"""Run-state rules: log.empty, run.stalled, run.incomplete, and the run-state helpers they share.
+
+These rules judge the run as a whole: did it stop, how, and was it still alive after its
+last step. They never look at a clock they cannot trust: in-log timestamps are compared
+only with the same log's step times (a naive timestamp may be in another time zone),
+TensorBoard wall times and file mtimes are unix seconds and may be compared with each
+other and with the analysis time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import regex
+
+from autopsy.checks.series import as_bool, cite, config_entry, config_evidence
+from autopsy.engine.types import CheckContext, NotEvaluated
+from autopsy.model import ArtifactKind, Confidence, Evidence, Finding, Severity
+from autopsy.parsers.types import Hit, LogScan
+from autopsy.run import Run
+
+# Exit statuses that mean "stopped from outside" rather than "failed": SIGTERM (143, -15 as
+# Python's subprocess reports it, 15 as torchrun's signal number) and SIGINT (130, -2).
+TERMINATION_EXIT_CODES = frozenset({143, -15, 15, 130, -2})
+# Exceptions that are how a stop request surfaces in Python, not errors of the program.
+TERMINATION_EXCEPTIONS = ("KeyboardInterrupt", "SignalException", "SystemExit")
+
+# Termination lines, looked for in log tails by rules that cannot see run.incomplete's hits.
+_TERMINATION_LINE = regex.compile(
+    r"DUE TO TIME LIMIT|DUE TO PREEMPTION|CANCELLED AT \S+"  # slurmstepd
+    r"|Received (?:Signals\.)?SIG(?:TERM|INT)|Received (?:15|2) death signal"  # torchrun elastic agent
+    r"|Received SIGTERM: 15"  # PyTorch Lightning signal connector
+    r"|got signal: (?:15|2)\b"  # torchrun SignalException
+    r"|\b\d+ Terminated\s"  # bash job control: "12345 Terminated   python train.py"
+    r"|\bpreempted\b|\bpreemption notice\b",
+    regex.IGNORECASE,
+)
+# Error lines without a parsed traceback (native crashes, bare kills, errors in one line).
+_ERROR_LINE = regex.compile(
+    r"^(?:[\w.]+\.)?\w*(?:Error|Exception)\b:|Segmentation fault|Fatal Python error|core dumped"
+    r"|^Killed\s*$|No space left on device|out of memory|Traceback \(most recent call last\)"
+)
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One trace of how the run ended: an error, an external termination, or an exit status."""
+
+    kind: str  # "traceback", "child_failure", "exit_code", "error_line", "termination"
+    text: str
+    evidence: Evidence
+    termination: bool  # stopped from outside (SIGTERM, time limit, preemption), not a failure
+
+
+def _tail_evidence(scan: LogScan, lineno: int, line: str) -> Evidence:
+    return Evidence(path=scan.path, line=lineno, excerpt=line.strip()[:300], rank=scan.rank)
+
+
+def end_signals(run: Run) -> list[Signal]:
+    """Every recorded trace of the run ending: tracebacks, child failures, exit codes, tail lines."""
+    out: list[Signal] = []
+    for tb in run.all_tracebacks:
+        term = tb.exc_type.rsplit(".", 1)[-1] in TERMINATION_EXCEPTIONS
+        out.append(Signal("traceback", f"{tb.exc_type}: {tb.message}"[:300],
+                          Evidence(path=tb.path, line=tb.line_start, line_end=tb.line_end,
+                                   excerpt=f"{tb.exc_type}: {tb.message}"[:300], rank=tb.rank), term))
+    for cf in run.all_child_failures:
+        code = cf.exitcode
+        term = code is not None and code in TERMINATION_EXIT_CODES
+        out.append(Signal("child_failure", f"rank {cf.rank} exitcode {code}",
+                          Evidence(path=cf.path, line=cf.line, excerpt=f"exitcode: {code}", rank=cf.rank), term))
+    for path, code in run.exit_codes:
+        if code == 0:
+            continue
+        out.append(Signal("exit_code", f"exit code {code}", Evidence(path=path, excerpt=str(code)),
+                          code in TERMINATION_EXIT_CODES))
+    for scan in run.logs:
+        for lineno, line in scan.tail:
+            if _TERMINATION_LINE.search(line):
+                out.append(Signal("termination", line.strip()[:300], _tail_evidence(scan, lineno, line), True))
+            elif _ERROR_LINE.search(line.strip()):
+                out.append(Signal("error_line", line.strip()[:300], _tail_evidence(scan, lineno, line), False))
+    return out
+
+
+def error_signals(run: Run) -> list[Signal]:
+    return [s for s in end_signals(run) if not s.termination]
+
+
+def exited_cleanly(run: Run) -> bool:
+    return any(code == 0 for _, code in run.exit_codes)
+
+
+def progress_artifact_mtime(run: Run) -> tuple[float | None, str | None]:
+    """Newest mtime among event files, trainer_state and checkpoint files, with its path."""
+    best: tuple[float | None, str | None] = (None, None)
+    for art in run.discovery.artifacts:
+        if art.kind in (ArtifactKind.TFEVENTS, ArtifactKind.TRAINER_STATE, ArtifactKind.CHECKPOINT_FILE):
+            if best[0] is None or art.mtime > best[0]:
+                best = (art.mtime, art.path)
+    return best
+
+
+def epoch_progress_time(run: Run) -> tuple[float | None, str]:
+    """When the last step was logged, in unix seconds a clock can be compared with.
+
+    TensorBoard wall times first (written by the training process itself), else the
+    newest progress artifact mtime. Log timestamps are left out: they may be naive local time.
+    """
+    df = run.scalars
+    tb = df[(df["source"] == "tensorboard") & df["wall_time"].notna()]
+    if len(tb):
+        return float(tb["wall_time"].max()), "tensorboard wall time"
+    mtime, path = progress_artifact_mtime(run)
+    if mtime is not None:
+        return mtime, f"mtime of {path}"
+    return None, ""
+
+
+def cadence_seconds(run: Run) -> float | None:
+    """Median seconds between consecutive logged steps, from TensorBoard or log wall times."""
+    df = run.scalars
+    rows = df[df["wall_time"].notna() & df["step"].notna()]
+    if rows.empty:
+        return None
+    best: float | None = None
+    for _, grp in rows.groupby(["source", "path"], observed=True):
+        per_step = grp.groupby("step")["wall_time"].min().sort_index()
+        if len(per_step) < 3:
+            continue
+        d = np.diff(per_step.to_numpy())
+        d = d[d > 0]
+        if d.size:
+            med = float(np.median(d))
+            best = med if best is None else min(best, med)
+    return best
+
+
+def _stall_threshold(ctx: CheckContext, cadence: float | None) -> float:
+    floor = float(ctx.param("min_stall_seconds"))
+    if cadence is None:
+        return floor
+    return max(floor, float(ctx.param("stall_cadence_factor")) * cadence)
+
+
+# ----------------------------------------------------------------------------- log.empty
+
+# Lines that are printed before any training output and say nothing about progress.
+_BANNER = regex.compile(
+    r"^\s*$"
+    r"|warn(?:ing)?s?\b|Warning\b|WARN\b|^W\d{4} |^\[W |^\s+warnings\.warn\("  # Python warnings, glog, c10
+    r"|^nohup: ignoring input|^nohup: appending output"  # nohup
+    r"|^\*{10,}\s*$|Setting OMP_NUM_THREADS environment variable"  # torchrun banner
+    r"|^\s*Token indices sequence length is longer|Running this sequence through the model"  # HF tokenizers
+    r"|huggingface/tokenizers: The current process just got forked|To disable this warning"
+    r"|^\s*- Avoid using `tokenizers`|^\s*- Explicitly set the environment variable TOKENIZERS_PARALLELISM"
+    r"|^Some weights of |^You should probably TRAIN this model|^You are using "  # transformers
+    r"|^wandb: |^\s*\d+%\|[\s|]*\|\s*0/\d+"  # wandb banner; tqdm bar at 0
+    r"|^\s*(?:WARNING|INFO): \w+ (?:not|is) (?:available|installed)"
+    r"|^\s*(?:return|super\(\)\.__init__|self\.\w+ = )",  # the source line a warning quotes
+    regex.IGNORECASE,
+)
+
+
+def is_banner_line(line: str) -> bool:
+    """True for blank lines, warnings and launcher banners: output that shows no progress."""
+    return bool(_BANNER.search(line))
+
+
+def _log_art_mtimes(run: Run) -> dict[str, float]:
+    return {a.path: a.mtime for a in run.discovery.artifacts if a.kind is ArtifactKind.LOG}
+
+
+def _is_contentless(scan: LogScan) -> tuple[bool, int]:
+    """(holds nothing but banners, number of banner lines seen)."""
+    if scan.size == 0 or scan.n_lines == 0:
+        return True, 0
+    if scan.series or scan.tracebacks or scan.child_failures or scan.last_step is not None:
+        return False, 0
+    # head holds lines 1..len(head); the tail may overlap it in a short file.
+    lines = list(scan.head) + [line for lineno, line in scan.tail if lineno > len(scan.head)]
+    if not all(is_banner_line(line) for line in lines):
+        return False, 0
+    return True, sum(1 for line in lines if line.strip())
+
+
+def _buffering_hint(run: Run) -> tuple[bool, list[Evidence], dict[str, object]]:
+    nohup = config_entry(run, ["launch_uses_nohup"])
+    unbuf = config_entry(run, ["python_unbuffered"])
+    facts: dict[str, object] = {}
+    ev: list[Evidence] = []
+    if nohup is None or not as_bool(nohup.value):
+        return False, ev, facts
+    facts["launch_uses_nohup"] = True
+    facts["launch_source"] = cite(nohup)
+    ev.append(config_evidence(nohup))
+    buffered = unbuf is None or not as_bool(unbuf.value)
+    facts["python_unbuffered"] = False if buffered else True
+    if unbuf is not None:
+        facts["python_unbuffered_source"] = cite(unbuf)
+    return buffered, ev, facts
+
+
+def log_empty(ctx: CheckContext) -> Iterable[Finding]:
+    """Logs that are empty or hold only banners, judged against the run's other artifacts."""
+    run = ctx.run
+    scans = run.logs
+    if not scans:
+        raise NotEvaluated("no text log found")
+    mtimes = _log_art_mtimes(run)
+    margin = float(ctx.param("mtime_margin_seconds"))
+    judged = [(scan, *_is_contentless(scan)) for scan in scans]
+    content_mtimes = [mtimes.get(s.path, 0.0) for s, empty, _ in judged if not empty]
+    newest_content = max(content_mtimes) if content_mtimes else None
+    buffered, launch_ev, launch_facts = _buffering_hint(run)
+    prog_mtime, prog_path = progress_artifact_mtime(run)
+    out: list[Finding] = []
+    for scan, empty, n_banner in judged:
+        if not empty:
+            continue
+        log_mtime = mtimes.get(scan.path)
+        # A quiet stderr beside a stdout full of steps is normal: only a log newer than every
+        # log with content (a later attempt) or a run with no content anywhere is a finding.
+        if newest_content is not None and (log_mtime is None or log_mtime <= newest_content + margin):
+            continue
+        facts: dict[str, object] = {"path": scan.path, "size_bytes": scan.size, "n_lines": scan.n_lines,
+                                    "banner_lines": n_banner, "last_step": run.last_step}
+        if log_mtime is not None:
+            facts["log_mtime"] = log_mtime
+        newer = older = False
+        if prog_mtime is not None and log_mtime is not None:
+            facts["newest_artifact"] = prog_path
+            facts["newest_artifact_mtime"] = prog_mtime
+            newer = prog_mtime > log_mtime + margin
+            older = prog_mtime + margin < log_mtime
+        facts["artifacts_newer_than_log"] = newer
+        facts.update(launch_facts)
+        what = "is empty (0 bytes)" if scan.size == 0 else f"holds only warnings/banners ({n_banner} lines)"
+        if newer:
+            cause = (f"yet {prog_path} was written after it and the run reached step {run.last_step}: "
+                     "the training process ran but its output never reached the log")
+            severity = Severity.WARNING
+        elif older:
+            cause = ("and every event file and checkpoint is older than the log: this attempt produced "
+                     "no step at all (hung before its first print, or its output is still buffered)")
+            severity = Severity.ERROR
+        else:
+            cause = "so the process hung before its first print, or its stdout was block-buffered"
+            severity = Severity.ERROR
+        hint = ""
+        if buffered or newer:
+            facts["buffering_suspected"] = True
+            hint = (" The launch uses nohup without python -u / PYTHONUNBUFFERED=1, so stdout is "
+                    "block-buffered (4-8 KB) and lines appear late or never." if buffered else
+                    " Run python with -u or PYTHONUNBUFFERED=1 so lines reach the log as they are printed.")
+        else:
+            facts["buffering_suspected"] = False
+        ev = [Evidence(path=scan.path, detail=f"{scan.size} bytes, {scan.n_lines} lines", rank=scan.rank)]
+        ev.extend(launch_ev)
+        if prog_path is not None:
+            ev.append(Evidence(path=prog_path, detail="newest event file/checkpoint/trainer_state"))
+        out.append(ctx.finding(f"{scan.path} {what}, {cause}.{hint}", key=f"log.empty:{_norm(scan.path)}",
+                               facts=facts, evidence=ev, severity=severity))
+    return out
+
+
+def _norm(path: str) -> str:
+    return regex.sub(r"\d+", "N", path)
+
+
+# ----------------------------------------------------------------------------- run.stalled
+
+
+def stalled(ctx: CheckContext) -> Iterable[Finding]:
+    """No new steps for long while the run was not finished, not failed and not exited."""
+    run = ctx.run
+    last, planned = run.last_step, run.max_steps
+    if last is None:
+        raise NotEvaluated("no training step found in any artifact")
+    if planned is not None and last >= planned:
+        return []
+    if end_signals(run) or run.exit_codes:
+        return []  # it ended, and the end left a trace: other rules (or run.incomplete) say how
+    t_prog, t_source = epoch_progress_time(run)
+    cadence = cadence_seconds(run)
+    threshold = _stall_threshold(ctx, cadence)
+    facts: dict[str, object] = {"last_step": last, "max_steps": planned, "stall_threshold_seconds": threshold}
+    if cadence is not None:
+        facts["cadence_seconds"] = round(cadence, 3)
+    ev: list[Evidence] = []
+    reasons: list[str] = []
+    confidence = Confidence.LOW
+    # 1. Same-clock evidence: a log kept printing (timestamps) long after its last step.
+    for scan in run.logs:
+        df = run.scalars
+        own = df[(df["path"] == scan.path) & df["wall_time"].notna()]
+        if scan.last_wall_time is None or own.empty:
+            continue
+        gap = scan.last_wall_time - float(own["wall_time"].max())
+        if gap > threshold:
+            reasons.append(f"{scan.path} kept printing for {gap / 3600:.1f} h after its last step")
+            ev.append(Evidence(path=scan.path, line=scan.tail[-1][0] if scan.tail else None,
+                               excerpt=scan.tail[-1][1][:300] if scan.tail else None))
+            facts["seconds_alive_after_last_step"] = round(gap, 1)
+            confidence = Confidence.HIGH
+    # 2. A log written (mtime) long after the last progress: a later attempt that makes no steps.
+    if t_prog is not None:
+        facts["last_progress_time"] = t_prog
+        facts["last_progress_source"] = t_source
+        for art in run.discovery.artifacts:
+            if art.kind is ArtifactKind.LOG and art.mtime - t_prog > threshold:
+                reasons.append(f"{art.path} was modified {(art.mtime - t_prog) / 3600:.1f} h after the last step")
+                ev.append(Evidence(path=art.path, detail=f"mtime {art.mtime:.0f}, last progress {t_prog:.0f}"))
+                facts.setdefault("log_newer_than_progress_seconds", round(art.mtime - t_prog, 1))
+                confidence = max(confidence, Confidence.MEDIUM)
+        # 3. Nothing at all since, and no trace of an exit.
+        since = run.now - t_prog
+        facts["seconds_since_progress"] = round(since, 1)
+        if not reasons and since > threshold:
+            reasons.append(f"no new step for {since / 3600:.1f} h and no error, exit status or "
+                           "termination line recorded")
+    elif not reasons:
+        raise NotEvaluated("no step times found (no TensorBoard wall times, no progress artifacts)")
+    if not reasons:
+        return []
+    remaining = f" of {planned}" if planned is not None else ""
+    msg = (f"The run stopped making progress at step {last}{remaining}: {'; '.join(reasons)}; it is hung "
+           "(data loading, a collective, a deadlock) or was stopped without a trace.")
+    if planned is not None:
+        facts["steps_remaining"] = planned - last
+    return [ctx.finding(msg, key="run.stalled", facts=facts, evidence=ev, confidence=confidence, step=last)]
+
+
+# ----------------------------------------------------------------------------- run.incomplete
+
+# Pattern names of rules/run/incomplete.yaml -> how the run was stopped.
+_KIND_BY_PATTERN = {
+    "slurm_time_limit": "scheduler time limit",
+    "slurm_cancelled": "cancelled by the scheduler or a user",
+    "slurm_preempted": "preempted",
+    "preempted": "preempted",
+    "keyboard_interrupt": "interrupted (SIGINT)",
+    "torchrun_sigint": "interrupted (SIGINT)",
+}
+
+
+def _termination_kind(name: str) -> str:
+    return _KIND_BY_PATTERN.get(name, "SIGTERM")
+
+
+def incomplete(ctx: CheckContext) -> Iterable[Finding]:
+    """Ended before its planned steps with no error recorded: a time limit, SIGTERM, preemption."""
+    run = ctx.run
+    hits: list[tuple[str, Hit]] = [(name, h) for name, hs in ctx.hits.items() for h in hs]
+    hits.sort(key=lambda nh: (nh[1].path, nh[1].lineno))
+    last, planned = run.last_step, run.max_steps
+    signals = end_signals(run)
+    errors = [s for s in signals if not s.termination]
+    if errors:
+        return []  # an error explains the end: the crash rules say which
+    term_codes = [(p, c) for p, c in run.exit_codes if c in TERMINATION_EXIT_CODES]
+    clean = exited_cleanly(run)
+    if planned is None and not hits and not term_codes:
+        raise NotEvaluated("no planned step count (max_steps) and no termination line")
+    if planned is not None and last is not None and last >= planned:
+        return []
+    facts: dict[str, object] = {"last_step": last, "max_steps": planned}
+    if planned and last is not None:
+        facts["fraction_done"] = round(last / planned, 4)
+    ev: list[Evidence] = []
+    confidence = Confidence.HIGH
+    if hits:
+        name, hit = hits[-1]
+        facts["termination"] = _termination_kind(name)
+        facts["termination_line"] = hit.text.strip()[:300]
+        facts.update({k: v for k, v in hit.groups.items() if v is not None})
+        ev.extend(Evidence(path=h.path, line=h.lineno, excerpt=h.text.strip()[:300], rank=h.rank)
+                  for _, h in hits[-5:])
+        how = f"it was stopped from outside ({facts['termination']})"
+    elif term_codes:
+        facts["termination"] = "SIGTERM" if term_codes[0][1] in (143, -15, 15) else "interrupted (SIGINT)"
+        facts["exit_code"] = term_codes[0][1]
+        ev.append(Evidence(path=term_codes[0][0], excerpt=str(term_codes[0][1])))
+        how = f"it exited with status {term_codes[0][1]} ({facts['termination']})"
+    elif clean:
+        facts["exit_code"] = 0
+        ev.extend(Evidence(path=p, excerpt="0") for p, c in run.exit_codes if c == 0)
+        how = "it exited with status 0 (the loop ended early: epochs vs max_steps, a break, an exhausted dataset)"
+        confidence = Confidence.MEDIUM
+    else:
+        t_prog, _ = epoch_progress_time(run)
+        if t_prog is None or run.now - t_prog < _stall_threshold(ctx, cadence_seconds(run)):
+            return []  # may still be running
+        how = "it left no error, exit status or termination line (killed from outside, or the log was cut)"
+        confidence = Confidence.LOW
+    if last is None:
+        done = "before logging any step"
+    elif planned is not None:
+        done = f"at step {last} of {planned} ({100 * last / planned:.0f}%)"
+    else:
+        done = f"at step {last}"
+    latest = run.latest_valid_checkpoint
+    resume = f"; resume from {latest.path}" if latest is not None else ""
+    if latest is not None:
+        facts["latest_valid_checkpoint"] = latest.path
+    return [ctx.finding(f"The run ended {done}: {how}{resume}.", key=f"run.incomplete:{facts.get('termination', 'unknown')}",
+                        facts=facts, evidence=ev, confidence=confidence, step=last)]

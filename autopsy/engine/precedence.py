@@ -1,0 +1,106 @@
+"""Root-cause precedence: one primary finding, the others linked to what explains them.
+
+The links come from the cards, not from ad-hoc code: ``supersedes: [B]`` on card A makes
+A primary over B when both fire, and ``explains: [B]`` makes B link to A. Both say "A
+is nearer the cause than B", so both are edges A -> B here; a finding with an incoming
+edge from another fired rule is not a root cause and gets ``explained_by``.
+
+Among the roots the primary is the one ranked first by: severity, then not generic
+(``crash.exception``, ``dist.rank_failure`` and ``run.incomplete`` only lead when
+nothing more specific fired, per the taxonomy), confidence, the card's
+``specificity``, and then the earliest in time (in noisy logs the first error is the
+cause more often than the last or loudest one). Info findings are never primary.
+When the primary is critical (it stopped the run) a generic finding that nothing else
+explains links to it: the traceback or the "rank exited" line is the same death.
+
+The output order is deterministic: primary, severity desc, rule id, fingerprint.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from autopsy.engine.types import Card
+from autopsy.model import Finding, Severity
+
+GENERIC_RULES = frozenset({"crash.exception", "dist.rank_failure", "run.incomplete"})
+
+
+def explains_graph(cards: Mapping[str, Card]) -> dict[str, set[str]]:
+    """rule id -> the rule ids it is nearer the cause than (supersedes + explains)."""
+    graph: dict[str, set[str]] = {}
+    for card in cards.values():
+        targets = set(card.supersedes) | set(card.explains)
+        targets.discard(card.id)
+        if targets:
+            graph.setdefault(card.id, set()).update(targets)
+    return graph
+
+
+def _rank_key(f: Finding, cards: Mapping[str, Card]) -> tuple:
+    card = cards.get(f.rule)
+    specificity = card.specificity if card is not None else 0
+    time = f.wall_time if f.wall_time is not None and math.isfinite(f.wall_time) else math.inf
+    step = f.step if f.step is not None else math.inf
+    # Sorted ascending: negate what should come first when larger.
+    return (-int(f.severity), f.rule in GENERIC_RULES, -int(f.confidence), -specificity, time, step, f.rule,
+            f.fingerprint)
+
+
+def apply_precedence(findings: Sequence[Finding], cards: Mapping[str, Card]) -> tuple[Finding, ...]:
+    """Mark the primary finding, set ``explained_by`` links, and sort deterministically."""
+    if not findings:
+        return ()
+    graph = explains_graph(cards)
+    fired = {f.rule for f in findings}
+    explainers: dict[str, list[str]] = {}
+    for src, targets in graph.items():
+        if src not in fired:
+            continue
+        for t in targets:
+            if t in fired:
+                explainers.setdefault(t, []).append(src)
+
+    ranked = sorted(findings, key=lambda f: _rank_key(f, cards))
+    position = {f.rule: i for i, f in reversed(list(enumerate(ranked)))}  # best-ranked finding of a rule
+    eligible = [f for f in ranked if f.severity > Severity.INFO]
+    roots = [f for f in eligible if f.rule not in explainers]
+    # A cycle in the cards (A supersedes B, B supersedes A) leaves no root: fall back to rank.
+    primary = roots[0] if roots else (eligible[0] if eligible else None)
+
+    links: dict[str, str] = {}
+    for rule, srcs in explainers.items():
+        if primary is not None and rule == primary.rule:
+            continue
+        if primary is not None and primary.rule in srcs:
+            links[rule] = primary.rule
+        else:
+            links[rule] = min(srcs, key=lambda r: position[r])
+    if primary is not None and primary.severity >= Severity.CRITICAL:
+        for f in findings:
+            if f.rule in GENERIC_RULES and f.rule != primary.rule and f.rule not in links:
+                links[f.rule] = primary.rule
+    _break_cycles(links)
+
+    out = []
+    for f in findings:
+        is_primary = primary is not None and f is primary
+        link = None if is_primary else links.get(f.rule)
+        out.append(replace(f, primary=is_primary, explained_by=link))
+    out.sort(key=lambda f: (not f.primary, -int(f.severity), f.rule, f.fingerprint))
+    return tuple(out)
+
+
+def _break_cycles(links: dict[str, str]) -> None:
+    """Drop links that would make ``explained_by`` chains loop (cards with mutual edges)."""
+    for start in sorted(links):
+        seen = {start}
+        node = links.get(start)
+        while node is not None:
+            if node in seen:
+                links.pop(start, None)
+                break
+            seen.add(node)
+            node = links.get(node)

@@ -1,0 +1,264 @@
+"""Group checkpoint files into checkpoints and check each one's integrity from headers only.
+
+Layouts recognised (one :class:`Checkpoint` row each):
+
+- ``hf``: a Hugging Face ``checkpoint-N/`` directory. It should hold weights
+  (``model.safetensors``, ``pytorch_model.bin``, ``adapter_model.safetensors`` or a
+  sharded index with its shards; DeepSpeed ``global_stepN/*model_states.pt``, FSDP
+  ``pytorch_model_fsdp_*``), ``optimizer.pt``, ``scheduler.pt``, ``trainer_state.json``
+  and ``rng_state*.pth``. The Trainer writes ``trainer_state.json`` last, so a directory
+  without it is a save that did not finish.
+- ``nanochat``: ``model_000250.pt`` / ``meta_000250.json`` / ``optim_000250_rank0.pt``
+  in one folder, grouped by (folder, step) and checked as a set.
+- ``sharded``: a ``*.safetensors.index.json`` outside a checkpoint dir, with its shards.
+- ``loose``: any other weights file (``step_1000.pt``, Lightning's
+  ``epoch=3-step=1200.ckpt``, a final ``model.safetensors``), grouped by (folder, step).
+
+Every file is checked in constant time whatever its size (:mod:`safetensors_header`,
+:mod:`zipcheck`, a look at the end of JSON files); nothing is unpickled or loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+from autopsy.model import Artifact, ArtifactKind, ParseStatus
+from autopsy.parsers.safetensors_header import check_safetensors
+from autopsy.parsers.types import Checkpoint, FileCheck
+from autopsy.parsers.zipcheck import check_torch_file
+
+_HF_DIR = re.compile(r"^checkpoint[-_](?P<step>\d+)$")
+_NANOCHAT = re.compile(r"^(?P<part>model|meta|optim)_(?P<step>\d+)(?:_rank(?P<rank>\d+))?\.(?:pt|json)$")
+# step_1000.pt, global_step500.pt, iter_0003000.pt, epoch=3-step=1200.ckpt, ckpt-2000.pt, model_1000.safetensors
+_NAMED_STEP = re.compile(r"(?i)(?:^|[^a-z])(?:global_step|step|steps|iter|iteration|it)[=_\-]?(?P<step>\d+)")
+_TRAILING_NUM = re.compile(r"[_\-](?P<step>\d+)\.[a-z]+$", re.I)
+_TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
+_INDEX_MAX_BYTES = 64 * 1024 * 1024
+
+HF_WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin", "adapter_model.safetensors", "adapter_model.bin",
+                   "model.safetensors.index.json", "pytorch_model.bin.index.json")
+MISSING_WEIGHTS = "model weights (model.safetensors, pytorch_model.bin, adapter_model.safetensors or an index)"
+
+
+def find_checkpoints(root: Path, artifacts: Sequence[Artifact], *, now: float,
+                     in_progress_seconds: float) -> list[Checkpoint]:
+    """One :class:`Checkpoint` per checkpoint found among ``artifacts`` (paths relative to ``root``)."""
+    hf: dict[str, list[Artifact]] = defaultdict(list)
+    rest: list[Artifact] = []
+    for art in artifacts:
+        parts = art.path.split("/")
+        for i, part in enumerate(parts[:-1]):
+            if _HF_DIR.match(part):
+                hf["/".join(parts[:i + 1])].append(art)
+                break
+        else:
+            if art.kind is ArtifactKind.CHECKPOINT_FILE:
+                rest.append(art)
+    out = [_hf_checkpoint(root, d, arts, now, in_progress_seconds) for d, arts in sorted(hf.items())]
+
+    nano: dict[tuple[str, str], list[Artifact]] = defaultdict(list)
+    indexes: list[Artifact] = []
+    loose: list[Artifact] = []
+    for art in rest:
+        folder, name = _split(art.path)
+        m = _NANOCHAT.match(name)
+        if m:
+            nano[(folder, m.group("step"))].append(art)
+        elif name.endswith(".index.json"):
+            indexes.append(art)
+        else:
+            loose.append(art)
+    for (folder, digits), arts in sorted(nano.items()):
+        out.append(_nanochat_checkpoint(root, folder, digits, arts, now, in_progress_seconds))
+
+    by_path = {a.path: a for a in loose}
+    for idx in indexes:
+        folder, _ = _split(idx.path)
+        shards = [by_path.pop(_join(folder, s)) for s in _index_shards(root / idx.path) if _join(folder, s) in by_path]
+        files = [_check_file(root, idx)] + [_check_file(root, a) for a in shards]
+        out.append(_make(idx.path, "sharded", _step_from_name(idx.path), [idx, *shards], files, [],
+                         now, in_progress_seconds))
+
+    groups: dict[tuple[str, int | None], list[Artifact]] = defaultdict(list)
+    for art in by_path.values():
+        folder, name = _split(art.path)
+        groups[(folder, _step_from_name(name))].append(art)
+    for (folder, step), arts in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or -1)):
+        arts.sort(key=lambda a: a.path)
+        path = arts[0].path if len(arts) == 1 else (folder or ".")
+        files = [_check_file(root, a) for a in arts]
+        out.append(_make(path, "loose", step, arts, files, [], now, in_progress_seconds))
+    return out
+
+
+# ----------------------------------------------------------------------------- layouts
+
+
+def _hf_checkpoint(root: Path, directory: str, arts: list[Artifact], now: float, window: float) -> Checkpoint:
+    arts.sort(key=lambda a: a.path)
+    names = {a.path[len(directory) + 1:] for a in arts}
+    top = {n for n in names if "/" not in n}
+    files = [_check_file(root, a) for a in arts]
+    missing: list[str] = []
+    deepspeed = [n for n in names if re.match(r"global_step\d+/", n)]
+    has_weights = (bool(top.intersection(HF_WEIGHT_NAMES)) or any(n.endswith(".safetensors") for n in top)
+                   or any(n.endswith("model_states.pt") for n in deepspeed)
+                   or any(n.startswith("pytorch_model_fsdp") for n in names))
+    if not has_weights:
+        missing.append(MISSING_WEIGHTS)
+    has_optim = ("optimizer.pt" in top or "optimizer.bin" in top
+                 or any(n.endswith("optim_states.pt") for n in deepspeed)
+                 or any(n.startswith("optimizer_") for n in names))
+    if not has_optim:
+        missing.append("optimizer.pt")
+    if "scheduler.pt" not in top:
+        missing.append("scheduler.pt")
+    if "trainer_state.json" not in top:
+        missing.append("trainer_state.json")
+    if not any(re.match(r"rng_state(_\d+)?\.pth$", n) for n in top):
+        missing.append("rng_state.pth")
+    extra: list[str] = []
+    for art in arts:
+        if art.path.endswith(".index.json"):
+            folder, _ = _split(art.path)
+            absent = [s for s in _index_shards(root / art.path) if _join(folder, s)[len(directory) + 1:] not in names]
+            if absent:
+                extra.append(f"{art.path[len(directory) + 1:]}: {len(absent)} shard(s) it names are missing: "
+                             + ", ".join(sorted(absent)[:5]))
+    step = int(_HF_DIR.match(directory.rsplit("/", 1)[-1]).group("step"))  # type: ignore[union-attr]
+    return _make(directory, "hf", step, arts, files, missing, now, window, extra)
+
+
+def _nanochat_checkpoint(root: Path, folder: str, digits: str, arts: list[Artifact], now: float,
+                         window: float) -> Checkpoint:
+    arts.sort(key=lambda a: a.path)
+    parts = {_NANOCHAT.match(_split(a.path)[1]).group("part") for a in arts}  # type: ignore[union-attr]
+    missing = []
+    if "model" not in parts:
+        missing.append(f"model_{digits}.pt")
+    if "meta" not in parts:
+        missing.append(f"meta_{digits}.json")
+    if "optim" not in parts:
+        missing.append(f"optim_{digits}_rank0.pt")
+    files = [_check_file(root, a) for a in arts]
+    path = _join(folder, f"model_{digits}")
+    return _make(path, "nanochat", int(digits), arts, files, missing, now, window)
+
+
+def _make(path: str, layout: str, step: int | None, arts: list[Artifact], files: list[FileCheck],
+          missing: list[str], now: float, window: float, extra_problems: Sequence[str] = ()) -> Checkpoint:
+    base = path if layout == "hf" else _split(path)[0]
+    problems = [f"{_rel(f.path, base)}: {f.problem}" for f in files if not f.ok]
+    problems.extend(extra_problems)
+    mtime = max((a.mtime for a in arts), default=0.0)
+    partial = bool(problems or missing)
+    return Checkpoint(
+        path=path,
+        layout=layout,
+        step=step,
+        files=tuple(files),
+        bytes=sum(f.size for f in files),
+        mtime=mtime,
+        missing=tuple(missing),
+        problems=tuple(problems),
+        in_progress=partial and now - mtime < window,
+    )
+
+
+# ------------------------------------------------------------------------------- files
+
+
+def _check_file(root: Path, art: Artifact) -> FileCheck:
+    """Constant-time integrity check of one file, dispatched on its name."""
+    if art.status is ParseStatus.UNREADABLE:
+        return FileCheck(art.path, art.size, "other", False, f"unreadable: {art.note or 'cannot open'}")
+    fs_path = root / art.path
+    name = art.path.rsplit("/", 1)[-1].lower()
+    try:
+        fd = os.open(fs_path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        return FileCheck(art.path, art.size, "other", False, f"cannot open: {exc.strerror or exc}")
+    try:
+        size = os.fstat(fd).st_size
+        if name.endswith(".safetensors"):
+            return check_safetensors(art.path, fd, size)
+        if name.endswith(_TORCH_SUFFIXES):
+            return check_torch_file(art.path, str(fs_path), fd, size)
+        if name.endswith(".index.json"):
+            return _check_index(art.path, fs_path, size)
+        if name.endswith(".json"):
+            return _check_json_end(art.path, fd, size)
+        if size == 0 and art.kind is ArtifactKind.CHECKPOINT_FILE:
+            return FileCheck(art.path, size, "other", False, "empty file (0 bytes)")
+        return FileCheck(art.path, size, "other", True)
+    except OSError as exc:
+        return FileCheck(art.path, art.size, "other", False, f"read error: {exc.strerror or exc}")
+    finally:
+        os.close(fd)
+
+
+def _check_json_end(path: str, fd: int, size: int) -> FileCheck:
+    """A JSON file cut mid-write does not end with its closing brace (checked without parsing)."""
+    if size == 0:
+        return FileCheck(path, size, "json", False, "empty file (0 bytes)")
+    tail = os.pread(fd, min(size, 256), max(0, size - 256)).rstrip()
+    if not tail.endswith((b"}", b"]")):
+        return FileCheck(path, size, "json", False, "JSON cut short (does not end with a closing brace)")
+    return FileCheck(path, size, "json", True)
+
+
+def _check_index(path: str, fs_path: Path, size: int) -> FileCheck:
+    if size == 0:
+        return FileCheck(path, size, "index", False, "empty file (0 bytes)")
+    if size > _INDEX_MAX_BYTES:
+        return FileCheck(path, size, "index", True, note="index too large to read; shards not checked")
+    shards = _index_shards(fs_path)
+    if not shards:
+        return FileCheck(path, size, "index", False, "not a valid index (no weight_map with shard names)")
+    return FileCheck(path, size, "index", True, entries=len(shards))
+
+
+def _index_shards(fs_path: Path) -> list[str]:
+    """Shard file names a ``*.index.json`` names in its weight_map ([] when unreadable)."""
+    try:
+        with open(fs_path, "rb") as fh:
+            data = fh.read(_INDEX_MAX_BYTES + 1)
+        obj = json.loads(data)
+    except (OSError, ValueError, RecursionError):
+        return []
+    wmap = obj.get("weight_map") if isinstance(obj, dict) else None
+    if not isinstance(wmap, dict):
+        return []
+    return sorted({v for v in wmap.values() if isinstance(v, str) and v and ".." not in v and not v.startswith("/")})
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _step_from_name(name: str) -> int | None:
+    base = name.rsplit("/", 1)[-1]
+    m = _NAMED_STEP.search(base)
+    if m:
+        return int(m.group("step"))
+    m = _TRAILING_NUM.search(base)
+    if m and "rank" not in base.lower() and "of" not in base.lower().split("-"):
+        return int(m.group("step"))
+    return None
+
+
+def _split(path: str) -> tuple[str, str]:
+    folder, _, name = path.rpartition("/")
+    return folder, name
+
+
+def _join(folder: str, name: str) -> str:
+    return f"{folder}/{name}" if folder else name
+
+
+def _rel(path: str, base: str) -> str:
+    return path[len(base) + 1:] if base and path.startswith(base + "/") else path

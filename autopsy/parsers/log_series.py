@@ -1,0 +1,305 @@
+"""Numeric series from log lines, without ``eval``: HF dicts, step lines, progress bars.
+
+* HF Trainer dict lines (``{'loss': 2.34, 'grad_norm': 1.2, 'learning_rate': 1.9e-05,
+  'epoch': 0.01}``, the double-quoted JSON variant, eval and final ``train_runtime`` dicts,
+  ``nan``/``inf``/``NaN``/``Infinity`` values): one compiled regex pulls every
+  ``'key': number`` pair; non-numeric values are skipped. A dict counts only when it has a
+  metric-like key, so generation configs and other printed dicts stay out of the series.
+* Step lines: nanochat (``step 00250/03520 (7.10%) | loss: 3.21 | lrm: 1.00 | dt: 120ms``),
+  ``step 100 | loss 2.3 | lr 1e-4``, ``Step 100: loss=2.3``, nanoGPT (``iter 100: loss 2.3,
+  time 12ms`` and ``step 250: train loss 4.2, val loss 4.3``), ``[step 100/1000] loss: 2.3``.
+  The step keyword must stand alone (``warmup_steps: 100`` is not a step line) and at least
+  one ``name value`` / ``name: value`` / ``name=value`` pair must follow. Values with a time
+  unit are converted to seconds (``dt: 120.21ms`` -> 0.12021); ``4,361`` -> 4361.
+* Progress bars (tqdm, accelerate, Lightning): ``n/total``, the rate as ``it/s`` or ``s/it``
+  and Lightning's postfix metrics (``train_loss=2.3``).
+
+SeriesPoints are built with ``object.__new__`` + ``__dict__`` (half the cost of the frozen
+dataclass ``__init__``), because an HF log holds about a million dict lines per GB.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autopsy.parsers.types import SeriesPoint
+
+_new = object.__new__
+
+
+def point(tag: str, step: int | None, value: float, lineno: int,
+          wall_time: float | None, rank: int | None) -> SeriesPoint:
+    """A SeriesPoint, equal to ``SeriesPoint(...)`` but built about twice as fast."""
+    p = _new(SeriesPoint)
+    p.__dict__.update(tag=tag, step=step, value=value, lineno=lineno, wall_time=wall_time, rank=rank)
+    return p
+
+
+# ------------------------------------------------------------------------ HF dicts
+
+_NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|NaN|inf|Inf|Infinity)"
+_DICT_KV = re.compile(
+    r"""['"]([A-Za-z_][\w/.\- ]{0,80})['"]\s*:\s*(?:tensor\(|np\.float\d*\()?(""" + _NUM + r""")(?![\w.])"""
+)
+_METRIC_KEYS = frozenset({"loss", "learning_rate", "grad_norm", "epoch", "lr", "total_flos"})
+
+
+def _is_metric_key(key: str) -> bool:
+    return (key in _METRIC_KEYS or key.startswith(("eval_", "train_", "test_"))
+            or key.endswith("_loss"))
+
+
+def parse_dict_line(text: str) -> tuple[list[str], list[float]] | None:
+    """(keys, values) of the numeric pairs of an HF metrics dict line, or None if not one.
+
+    The value pattern only admits strings ``float()`` accepts, so no try/except per value.
+    """
+    brace = text.find("{")
+    if brace < 0:
+        return None
+    pairs = _DICT_KV.findall(text, brace)
+    if not pairs:
+        return None
+    keys = [k for k, _ in pairs]
+    for k in keys:
+        if _is_metric_key(k):
+            return keys, [float(v) for _, v in pairs]
+    return None
+
+
+# ---------------------------------------------------------------------- step lines
+
+_STEP_HEAD = re.compile(
+    r"(?<![\w/.\-])(?:global[_ ]step|step|iter(?:ation)?)\s*[:=#]?\s*(\d{1,12})(?:\s*/\s*(\d{1,12}))?(?![\w.])",
+    re.IGNORECASE,
+)
+_STEP_KV = re.compile(
+    r"([A-Za-z][\w/.\-]*(?: [A-Za-z][\w/\-]*)?)\s*(?:[:=]\s*|\s)\s*"
+    r"([-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|nan|NaN|inf|Inf))"
+    r"(ms|us|µs|min|s|m|h|%)?(?![\w.])"
+)
+_TIME_UNITS = {"ms": 1e-3, "us": 1e-6, "µs": 1e-6, "s": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0}
+_NOT_TAGS = frozenset({"step", "iter", "iteration", "global_step", "global step", "epoch step"})
+
+
+@dataclass(frozen=True)
+class StepLine:
+    step: int
+    total: int | None
+    values: tuple[tuple[str, float], ...]
+
+
+def parse_step_line(text: str) -> StepLine | None:
+    """A ``step N ... name value`` training line, or None."""
+    m = _STEP_HEAD.search(text)
+    if m is None:
+        return None
+    values = []
+    for km in _STEP_KV.finditer(text, m.end()):
+        key = km.group(1).strip()
+        if key.lower() in _NOT_TAGS:
+            continue
+        raw = km.group(2).replace(",", "")
+        try:
+            v = float(raw)
+        except ValueError:
+            continue
+        unit = km.group(3)
+        if unit in _TIME_UNITS and not math.isnan(v):
+            v *= _TIME_UNITS[unit]
+        values.append((key, v))
+    if not values:
+        return None
+    total = int(m.group(2)) if m.group(2) else None
+    return StepLine(int(m.group(1)), total, tuple(values))
+
+
+# --------------------------------------------------------------------- progress bars
+
+_BAR = re.compile(
+    r"(?:(?P<desc>[^|]*?)[:\s]*(?P<pct>\d{1,3})%\|[^|]*\|\s*)?"
+    r"(?P<n>\d+)(?:/(?P<total>\d+))?(?:it)?\s*\[[^\],\]]*"
+    r"(?:,\s*(?P<rate>\d+(?:\.\d+)?|\?)\s*(?P<unit>it/s|s/it))?(?P<post>[^\]]*)\]"
+)
+_POSTFIX_KV = re.compile(r"([A-Za-z_][\w/.\-]*)=(" + _NUM + r")(?![\w.])")
+_EPOCH = re.compile(r"\bEpoch\s+(\d+)\b")
+# Bars that are not the training loop: loading, preprocessing, evaluation, downloads.
+_NOT_TRAINING = re.compile(
+    r"load|map|download|generat|token|filter|eval|valid|predict|fetch|shard|test|extract|convert"
+    r"|sav|upload|resolv|process|split|sanity|infer|sampl|writ|encod|dataset|example|batches",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class Bar:
+    n: int
+    total: int | None
+    rate: float | None
+    unit: str | None  # "it/s" or "s/it"
+    epoch: int | None
+    training: bool  # False for loading/eval/preprocessing bars
+    postfix: tuple[tuple[str, float], ...]
+
+    @property
+    def step(self) -> int:
+        """Global step: Lightning restarts ``n`` every epoch, so add whole epochs."""
+        if self.epoch is not None and self.total:
+            return self.epoch * self.total + self.n
+        return self.n
+
+
+def parse_bar(text: str) -> Bar | None:
+    """The last progress bar drawn in ``text`` (a segment), or None."""
+    best = None
+    for m in _BAR.finditer(text):
+        if m.group("unit") or m.group("pct") is not None:
+            best = m
+    if best is None:
+        return None
+    desc = best.group("desc") or ""
+    em = _EPOCH.search(desc)
+    epoch = int(em.group(1)) if em else None
+    rate_s = best.group("rate")
+    rate = float(rate_s) if rate_s and rate_s != "?" else None
+    post = []
+    for km in _POSTFIX_KV.finditer(best.group("post") or ""):
+        if km.group(1) == "v_num":
+            continue
+        try:
+            post.append((km.group(1), float(km.group(2))))
+        except ValueError:
+            continue
+    desc_rest = _EPOCH.sub("", desc)
+    training = not _NOT_TRAINING.search(desc_rest)
+    total = int(best.group("total")) if best.group("total") else None
+    return Bar(int(best.group("n")), total, rate, best.group("unit"), epoch, training, tuple(post))
+
+
+# ------------------------------------------------------------------------- storage
+
+_NO_STEP = -(2**63)
+MAX_SERIES_POINTS = 2_000_000  # ~46 bytes a point: ~90 MB at most, whatever the log size
+
+
+class SeriesStore(Sequence[SeriesPoint]):
+    """The points of one log in columns (about 46 bytes a point instead of ~330 for a
+    SeriesPoint object); behaves as a read-only sequence of :class:`SeriesPoint`, built on
+    access. ``columns()`` hands the raw columns to DataFrame builders.
+
+    Bounded: when ``cap`` points are held, every other *line* is dropped (non-finite values
+    are always kept, a NaN is evidence) and from then on only every ``stride``-th line is
+    stored, so a 5 GB log keeps an evenly thinned series in fixed memory; ``stride`` > 1
+    says it happened.
+    """
+
+    def __init__(self, cap: int = MAX_SERIES_POINTS) -> None:
+        self.cap = cap
+        self.tag_names: list[str] = []
+        self._tag_ids: dict[str, int] = {}
+        self.tag = array("I")
+        self.step = array("q")
+        self.value = array("d")
+        self.lineno = array("q")
+        self.wall = array("d")
+        self.rank = array("q")
+        self.rec = array("q")  # which stored line a point came from (thinning unit)
+        self.records = 0
+        self.stride = 1
+
+    def _tid(self, tag: str) -> int:
+        i = self._tag_ids.get(tag)
+        if i is None:
+            i = self._tag_ids[tag] = len(self.tag_names)
+            self.tag_names.append(tag)
+        return i
+
+    def add_line(self, tags: Sequence[str], values: Sequence[float], step: int | None, lineno: int,
+                 wall: float | None, rank: int | None) -> None:
+        """Store the values one log line gave (all share step, line, time and rank)."""
+        r = self.records
+        self.records = r + 1
+        if r % self.stride:
+            keep = [i for i, v in enumerate(values) if not math.isfinite(v)]
+            if not keep:
+                return
+            tags = [tags[i] for i in keep]
+            values = [values[i] for i in keep]
+        k = len(values)
+        tid = self._tid
+        self.tag.extend([tid(t) for t in tags])
+        self.value.extend(values)
+        self.step.extend([_NO_STEP if step is None else step] * k)
+        self.lineno.extend([lineno] * k)
+        self.wall.extend([math.nan if wall is None else wall] * k)
+        self.rank.extend([-1 if rank is None else rank] * k)
+        self.rec.extend([r] * k)
+        if len(self.value) >= self.cap:
+            self._thin()
+
+    def add_one(self, tag: str, value: float, step: int | None, lineno: int, wall: float | None,
+                rank: int | None) -> None:
+        """``add_line`` for a single value (progress-bar rates), without the list building."""
+        r = self.records
+        self.records = r + 1
+        if r % self.stride and math.isfinite(value):
+            return
+        self.tag.append(self._tid(tag))
+        self.value.append(value)
+        self.step.append(_NO_STEP if step is None else step)
+        self.lineno.append(lineno)
+        self.wall.append(math.nan if wall is None else wall)
+        self.rank.append(-1 if rank is None else rank)
+        self.rec.append(r)
+        if len(self.value) >= self.cap:
+            self._thin()
+
+    def _thin(self) -> None:
+        self.stride *= 2
+        s = self.stride
+        pairs = enumerate(zip(self.rec, self.value, strict=True))
+        keep = [i for i, (r, v) in pairs if r % s == 0 or not math.isfinite(v)]
+        for name in ("tag", "step", "value", "lineno", "wall", "rank", "rec"):
+            col = getattr(self, name)
+            setattr(self, name, array(col.typecode, [col[i] for i in keep]))
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+    def _point(self, i: int) -> SeriesPoint:
+        st, w, rk = self.step[i], self.wall[i], self.rank[i]
+        return point(self.tag_names[self.tag[i]], None if st == _NO_STEP else st, self.value[i],
+                     self.lineno[i], None if math.isnan(w) else w, None if rk < 0 else rk)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def,override]
+        if isinstance(i, slice):
+            return [self._point(j) for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(i)
+        return self._point(i)
+
+    def __iter__(self) -> Iterator[SeriesPoint]:
+        for i in range(len(self)):
+            yield self._point(i)
+
+    def __repr__(self) -> str:
+        return f"SeriesStore({len(self)} points, tags={self.tag_names!r}, stride={self.stride})"
+
+    def columns(self) -> dict[str, list[Any]]:
+        """Plain columns (tag, step, value, lineno, wall_time, rank) with None for missing."""
+        return {
+            "tag": [self.tag_names[t] for t in self.tag],
+            "step": [None if s == _NO_STEP else s for s in self.step],
+            "value": list(self.value),
+            "lineno": list(self.lineno),
+            "wall_time": [None if math.isnan(w) else w for w in self.wall],
+            "rank": [None if r < 0 else r for r in self.rank],
+        }

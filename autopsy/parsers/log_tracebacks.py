@@ -1,0 +1,337 @@
+"""Python tracebacks and torchrun ``ChildFailedError`` reports, as per-line state machines.
+
+The scanner feeds these only the lines around a trigger (``Traceback (most recent call
+last):``, ``Failures:``, ``Root Cause``) and keeps feeding every line while one is open, so
+the rest of a multi-GB log never pays for them.
+
+Tracebacks are tracked per rank (the prefix each line carried), because torchrun prefixes
+every line with ``[rankN]:`` and the tracebacks of several ranks interleave line by line.
+A traceback ends at its ``ExcType: message`` line plus continuation lines (torch's CUDA
+errors add "CUDA kernel errors might be asynchronously reported..." lines) up to a blank line
+or something that is clearly a new log record. Chains: a traceback printed after "During
+handling of the above exception, another exception occurred:" gets ``chain="context"``,
+after "The above exception was the direct cause of the following exception:"
+``chain="cause"``, and ``cause`` points to the one printed above it. Only the last traceback
+of a chain (the one that ended the program) is listed; the others hang off ``cause``.
+An exception line without a ``Traceback`` header is not a traceback.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections import deque
+from dataclasses import dataclass, field
+
+from autopsy.parsers.types import ChildFailure, Frame, Traceback
+
+MAX_FRAMES_HEAD = 8  # outermost frames kept
+MAX_FRAMES_TAIL = 56  # innermost frames kept (where the error is)
+MAX_MESSAGE_CHARS = 4096
+MAX_MESSAGE_LINES = 40
+MAX_TRACEBACKS = 100  # first and last this many chain heads are kept per file
+MAX_NOISE_LINES = 20  # unrelated column-0 lines tolerated inside a traceback
+MAX_TB_LINES = 2000  # a traceback still open after this many lines is closed as cut off
+CHAIN_LOOKAHEAD = 8  # lines after a traceback within which a chain marker may follow
+
+HEADER = "Traceback (most recent call last):"
+_CONTEXT = "During handling of the above exception, another exception occurred:"
+_CAUSE = "The above exception was the direct cause of the following exception:"
+
+_FRAME = re.compile(r'\s*>?\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.+?))?\s*$')
+_EXC = re.compile(r"(?P<type>[A-Za-z_][\w.]*)(?::(?: (?P<msg>.*))?)?\s*$")
+# A line that is surely a new record, not part of an exception message.
+_NEW_RECORD = re.compile(
+    r"\d{4}-\d\d-\d\d[ T_]\d\d:\d\d|\[?\d{4}-\d\d-\d\d|[IWEF]\d{4} \d\d:\d\d:\d\d"
+    r"|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b[:| \]]|wandb:|\s*\d{1,3}%\|"
+    r"|\{['\"]|\[(?:INFO|WARNING|ERROR|DEBUG)"
+)
+
+
+def _looks_like_exc_type(name: str) -> bool:
+    last = name.rsplit(".", 1)[-1]
+    return bool(last) and (last[0].isupper() or last in ("timeout", "error", "gaierror", "herror"))
+
+
+@dataclass
+class _Open:
+    start: int
+    rank: int | None
+    step: int | None
+    wall_time: float | None
+    chain: str | None
+    cause: Traceback | None
+    head: list[Frame] = field(default_factory=list)
+    tail: deque[Frame] = field(default_factory=lambda: deque(maxlen=MAX_FRAMES_TAIL))
+    pending: tuple[str, int | None, str | None] | None = None  # frame awaiting its code line
+    exc_type: str | None = None
+    message: list[str] = field(default_factory=list)
+    message_chars: int = 0
+    noise: int = 0
+    last_line: int = 0
+
+    def add_frame(self, frame: Frame) -> None:
+        if len(self.head) < MAX_FRAMES_HEAD:
+            self.head.append(frame)
+        else:
+            self.tail.append(frame)
+
+    def flush_pending(self, code: str | None = None) -> None:
+        if self.pending is not None:
+            f, ln, fn = self.pending
+            self.add_frame(Frame(f, ln, fn, code))
+            self.pending = None
+
+
+class TracebackTracker:
+    """Collects tracebacks from lines fed in order; see the module docstring."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.open: dict[int | None, _Open] = {}
+        self.first: list[Traceback] = []
+        self.last: deque[Traceback] = deque(maxlen=MAX_TRACEBACKS)
+        # rank -> (traceback just finished, line it ended, chain marker seen after it)
+        self.recent: dict[int | None, tuple[Traceback, int, str | None]] = {}
+
+    @property
+    def active(self) -> bool:
+        return bool(self.open) or bool(self.recent)
+
+    def results(self) -> list[Traceback]:
+        return self.first + list(self.last)
+
+    def _emit(self, tb: Traceback) -> None:
+        if tb.cause is not None:
+            # the cause was listed as a head until now: replace it by this one
+            for store in (self.last, self.first):
+                for i in range(len(store) - 1, max(-1, len(store) - 50), -1):
+                    if store[i] is tb.cause:
+                        del store[i]
+                        break
+                else:
+                    continue
+                break
+        if len(self.first) < MAX_TRACEBACKS:
+            self.first.append(tb)
+        else:
+            self.last.append(tb)
+
+    def _finish(self, st: _Open, end_line: int, cut_off: bool = False) -> None:
+        st.flush_pending()
+        frames = tuple(st.head) + tuple(st.tail)
+        message = "\n".join(st.message)
+        exc_type = st.exc_type or ""
+        if cut_off and not st.exc_type:
+            message = "(traceback cut off before its exception line)"
+        tb = Traceback(path=self.path, line_start=st.start, line_end=max(end_line, st.start),
+                       exc_type=exc_type, message=message[:MAX_MESSAGE_CHARS], frames=frames,
+                       rank=st.rank, cause=st.cause, chain=st.chain, step=st.step, wall_time=st.wall_time)
+        self._emit(tb)
+        del self.open[st.rank]
+        self.recent[st.rank] = (tb, end_line, None)
+
+    def feed(self, lineno: int, text: str, rank: int | None, step: int | None, wall: float | None) -> None:
+        stripped = text.strip()
+        st = self.open.get(rank)
+        if stripped.startswith(HEADER[:30]):
+            if st is not None:
+                self._finish(st, st.last_line, cut_off=st.exc_type is None)
+            chain = cause = None
+            rec = self.recent.pop(rank, None)
+            if rec is not None and rec[2] is not None:
+                cause, chain = rec[0], rec[2]
+            self.open[rank] = _Open(lineno, rank, step, wall, chain, cause, last_line=lineno)
+            return
+        if stripped in (_CONTEXT, _CAUSE):
+            if st is not None:
+                self._finish(st, st.last_line, cut_off=st.exc_type is None)
+            rec = self.recent.get(rank)
+            if rec is not None:
+                self.recent[rank] = (rec[0], lineno, "context" if stripped == _CONTEXT else "cause")
+            return
+        if st is None:
+            self._expire(lineno, rank)
+            return
+        if lineno - st.start > MAX_TB_LINES:
+            self._finish(st, st.last_line, cut_off=st.exc_type is None)
+            return
+        if st.exc_type is None:
+            self._frames_phase(st, lineno, text, stripped)
+        else:
+            self._message_phase(st, lineno, text, stripped)
+        self._expire(lineno, rank)
+
+    def _expire(self, lineno: int, rank: int | None) -> None:
+        rec = self.recent.get(rank)
+        if rec is not None and lineno - rec[1] > CHAIN_LOOKAHEAD:
+            del self.recent[rank]
+
+    def _frames_phase(self, st: _Open, lineno: int, text: str, stripped: str) -> None:
+        m = _FRAME.match(text)
+        if m:
+            st.flush_pending()
+            st.pending = (m.group("file"), int(m.group("line")), m.group("func"))
+            st.last_line = lineno
+            return
+        if not stripped:
+            return
+        if text[:1].isspace():
+            # the code line of a frame, a caret line (3.11+), "[Previous line repeated N times]"
+            if st.pending is not None and not set(stripped) <= set("^~ "):
+                if not stripped.startswith("[Previous line repeated"):
+                    st.flush_pending(stripped)
+            st.last_line = lineno
+            return
+        em = _EXC.match(stripped)
+        if em and _looks_like_exc_type(em.group("type")):
+            st.flush_pending()
+            st.exc_type = em.group("type")
+            msg = em.group("msg")
+            if msg:
+                st.message.append(msg)
+                st.message_chars = len(msg)
+            st.last_line = lineno
+            return
+        st.noise += 1
+        if st.noise > MAX_NOISE_LINES:
+            self._finish(st, st.last_line, cut_off=True)
+
+    def _message_phase(self, st: _Open, lineno: int, text: str, stripped: str) -> None:
+        if not stripped or stripped.startswith(HEADER[:30]) or _NEW_RECORD.match(stripped):
+            self._finish(st, st.last_line)
+            return
+        if len(st.message) >= MAX_MESSAGE_LINES or st.message_chars >= MAX_MESSAGE_CHARS:
+            self._finish(st, st.last_line)
+            return
+        st.message.append(text.rstrip())
+        st.message_chars += len(text)
+        st.last_line = lineno
+
+    def close(self) -> None:
+        """End of input: tracebacks still open are kept as cut off (or complete, if they had
+        their exception line)."""
+        for st in list(self.open.values()):
+            self._finish(st, st.last_line, cut_off=st.exc_type is None)
+        self.recent.clear()
+
+
+# ------------------------------------------------------------------ ChildFailedError
+
+# torch >= 1.10: "Failures:" / "Root Cause (first observed failure):" with "[N]:" rows of
+# "  time      : 2024-05-01_12:00:00" ... ; torch 1.9: "Root Cause:" / "Other Failures:" with
+# "  time: ..." rows and "msg: ..." instead of "traceback : ...".
+_SECTION = re.compile(r"\s*(Failures|Other Failures|Root Cause(?: \(first observed failure\))?)\s*:\s*$")
+_ROW = re.compile(r"\s*\[(\d+)\]\s*:\s*$")
+_FIELD = re.compile(r"(\s*)(time|host|rank|local_rank|exitcode|error_file|traceback|msg)\s*:\s?(.*)$")
+_RANK = re.compile(r"(-?\d+)(?:\s*\(local_rank:\s*(-?\d+)\))?")
+_EXIT = re.compile(r"(-?\d+)(?:\s*\(pid:\s*(\d+)\))?")
+_SIGNAL = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID (\d+)")
+MAX_CHILD_FAILURES = 512
+
+
+def _signal_name(code: int) -> str | None:
+    try:
+        return signal.Signals(code).name
+    except (ValueError, OverflowError):
+        return None
+
+
+class ChildFailureTracker:
+    """Parses the failure rows of torchrun's ``ChildFailedError`` report (old and new layout)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.results: list[ChildFailure] = []
+        self.section: str | None = None
+        self.row: dict[str, str] | None = None
+        self.row_line = 0
+        self.field_indent = 0
+        self.last_field: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.section is not None
+
+    def _flush(self) -> None:
+        row, self.row = self.row, None
+        if row is None or len(self.results) >= MAX_CHILD_FAILURES:
+            return
+        rank = local_rank = exitcode = pid = None
+        sig: str | None = None
+        m = _RANK.match(row.get("rank", "").strip())
+        if m:
+            rank = int(m.group(1))
+            local_rank = int(m.group(2)) if m.group(2) else None
+        if "local_rank" in row and local_rank is None:
+            lm = _RANK.match(row["local_rank"].strip())
+            local_rank = int(lm.group(1)) if lm else None
+        m = _EXIT.match(row.get("exitcode", "").strip())
+        if m:
+            exitcode = int(m.group(1))
+            pid = int(m.group(2)) if m.group(2) else None
+        tb_text = row.get("traceback") or row.get("msg")
+        if tb_text:
+            tb_text = tb_text.strip().strip('"')
+            sm = _SIGNAL.search(tb_text)
+            if sm:
+                sig = sm.group(2)
+                pid = pid if pid is not None else int(sm.group(3))
+        if sig is None and exitcode is not None and exitcode < 0:
+            sig = _signal_name(-exitcode)
+        error_file = (row.get("error_file") or "").strip() or None
+        if error_file in ("<N/A>", "N/A"):
+            error_file = None
+        host = (row.get("host") or "").strip() or None
+        when = (row.get("time") or "").strip() or None
+        failure = ChildFailure(path=self.path, line=self.row_line, rank=rank, local_rank=local_rank,
+                               exitcode=exitcode, signal=sig, host=host, pid=pid, error_file=error_file,
+                               traceback=tb_text or None, time=when,
+                               root_cause=self.section is not None and self.section.startswith("Root"))
+        self.results.append(failure)
+
+    def feed(self, lineno: int, text: str) -> None:
+        sm = _SECTION.match(text)
+        if sm:
+            self._flush()
+            self.section = sm.group(1)
+            return
+        if self.section is None:
+            return
+        stripped = text.strip()
+        rm = _ROW.match(text)
+        if rm:
+            self._flush()
+            self.row = {}
+            self.row_line = lineno
+            self.last_field = None
+            return
+        if stripped.startswith(("===", "***")):
+            self._flush()
+            self.section = None
+            return
+        if stripped.startswith("---") or stripped.startswith("<NO_OTHER_FAILURES>") or not stripped:
+            if stripped.startswith("---"):
+                self._flush()
+            return
+        if self.row is None:
+            self.section = None  # not a ChildFailedError report after all
+            return
+        fm = _FIELD.match(text)
+        if fm and (self.last_field is None or len(fm.group(1)) <= self.field_indent):
+            self.field_indent = len(fm.group(1))
+            self.last_field = fm.group(2)
+            self.row[self.last_field] = fm.group(3)
+            return
+        if self.last_field is not None and len(text) - len(text.lstrip()) > self.field_indent:
+            # the child's traceback, printed under "traceback :" one line at a time
+            val = self.row.get(self.last_field, "")
+            if len(val) < MAX_MESSAGE_CHARS:
+                self.row[self.last_field] = val + "\n" + text.rstrip()
+            return
+        self._flush()
+        self.section = None
+
+    def close(self) -> None:
+        self._flush()
+        self.section = None

@@ -1,0 +1,160 @@
+"""HF ``trainer_state.json``: the Trainer's own record of steps, schedule and log history.
+
+The file is written by ``TrainerState.save_to_json`` (``json.dumps(..., indent=2,
+sort_keys=True)``), so it holds Python's ``NaN``/``Infinity`` literals when a loss blew
+up, and a crash mid-save leaves it cut short. Both are read: orjson (when installed) for
+speed, the stdlib for the non-standard literals, and a salvage pass that keeps every
+complete ``log_history`` entry and the top-level fields written before the cut.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from autopsy.model import ParseStatus
+from autopsy.parsers.types import Parsed, TrainerState
+
+try:
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - depends on the environment
+    _orjson = None  # type: ignore[assignment]
+
+MAX_BYTES = 1024**3  # a trainer_state beyond 1 GiB is not a trainer_state
+_KNOWN = ("global_step", "max_steps", "num_train_epochs", "epoch", "save_steps", "logging_steps",
+          "eval_steps", "train_batch_size", "best_model_checkpoint", "log_history")
+# A top-level key as json.dumps(indent=2) writes it: two spaces, key, a scalar value.
+_TOP_FIELD = re.compile(rb'^  "(?P<key>[^"\\]+)": (?P<val>-?[0-9][0-9.eE+-]*|null|true|false|NaN|-?Infinity'
+                        rb'|"(?:[^"\\]|\\.)*"),?\r?$', re.M)
+
+
+def read_trainer_state(fs_path: Path, rel_path: str) -> Parsed:
+    """Parse one trainer_state.json; never raises on damage (status + note instead)."""
+    try:
+        with open(fs_path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            data = fh.read(MAX_BYTES + 1)
+    except OSError as exc:
+        return Parsed(None, ParseStatus.UNREADABLE, f"cannot read: {exc.strerror or exc}")
+    if not data.strip():
+        return Parsed(None, ParseStatus.UNREADABLE, "empty file" if size == 0 else "only whitespace")
+    if len(data) > MAX_BYTES:
+        return Parsed(None, ParseStatus.SKIPPED, f"larger than {MAX_BYTES} bytes; not read")
+    obj, error = _loads(data)
+    if error is None:
+        if not isinstance(obj, dict):
+            return Parsed(None, ParseStatus.UNREADABLE, f"not a JSON object (a {type(obj).__name__})")
+        return Parsed(_build(obj, rel_path), ParseStatus.OK, None)
+    fields, entries, complete = _salvage(data)
+    if not fields and not entries:
+        return Parsed(None, ParseStatus.UNREADABLE, f"not valid JSON: {error}")
+    fields["log_history"] = entries
+    how = "cut short" if complete else "damaged"
+    note = (f"invalid JSON ({error}); {how}: kept {len(entries)} complete log_history entries"
+            f" and {len(fields) - 1} top-level fields written before the damage")
+    return Parsed(_build(fields, rel_path), ParseStatus.TRUNCATED, note)
+
+
+def _loads(data: bytes) -> tuple[Any, str | None]:
+    if _orjson is not None:
+        try:
+            return _orjson.loads(data), None
+        except _orjson.JSONDecodeError:
+            if b"NaN" not in data and b"Infinity" not in data:
+                return _stdlib_loads(data)  # same verdict; the stdlib's message is clearer
+    return _stdlib_loads(data)
+
+
+def _stdlib_loads(data: bytes) -> tuple[Any, str | None]:
+    try:
+        return json.loads(data.decode("utf-8", "replace")), None
+    except (ValueError, RecursionError) as exc:
+        return None, str(exc).split("\n")[0][:200]
+
+
+def _salvage(data: bytes) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
+    """Top-level scalar fields and complete log_history entries of a damaged file.
+
+    Returns (fields, entries, looks_cut_short): the last flag is False when the damage is
+    not at the end (the entries after it are lost either way).
+    """
+    fields: dict[str, Any] = {}
+    for m in _TOP_FIELD.finditer(data):
+        try:
+            fields[m.group("key").decode("utf-8", "replace")] = json.loads(m.group("val"))
+        except ValueError:
+            continue
+    entries: list[dict[str, Any]] = []
+    start = data.find(b'"log_history"')
+    # A file cut mid-write does not end with the closing brace of the top-level object.
+    cut_short = not data.rstrip().endswith(b"}")
+    if start >= 0:
+        bracket = data.find(b"[", start)
+        if bracket >= 0:
+            text = data[bracket + 1:].decode("utf-8", "replace")
+            decoder = json.JSONDecoder()
+            i, n = 0, len(text)
+            while True:
+                while i < n and text[i] in " \t\r\n,":
+                    i += 1
+                if i >= n or text[i] == "]":
+                    break
+                try:
+                    obj, i = decoder.raw_decode(text, i)
+                except (ValueError, RecursionError):
+                    break
+                if isinstance(obj, dict):
+                    entries.append(obj)
+    return fields, entries, cut_short
+
+
+def _build(obj: dict[str, Any], rel_path: str) -> TrainerState:
+    history = obj.get("log_history")
+    entries = tuple(e for e in history if isinstance(e, dict)) if isinstance(history, list) else ()
+    best = obj.get("best_model_checkpoint")
+    return TrainerState(
+        path=rel_path,
+        global_step=_int(obj.get("global_step")),
+        max_steps=_int(obj.get("max_steps")),
+        num_train_epochs=_float(obj.get("num_train_epochs")),
+        epoch=_float(obj.get("epoch")),
+        save_steps=_int(obj.get("save_steps")),
+        logging_steps=_int(obj.get("logging_steps")),
+        eval_steps=_int(obj.get("eval_steps")),
+        train_batch_size=_int(obj.get("train_batch_size")),
+        best_model_checkpoint=best if isinstance(best, str) else None,
+        log_history=entries,
+        extra={k: v for k, v in obj.items() if k not in _KNOWN},
+    )
+
+
+def _int(v: Any) -> int | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and math.isfinite(v) and v == int(v):
+        return int(v)
+    if isinstance(v, str):
+        try:
+            return int(float(v)) if math.isfinite(float(v)) else None
+        except ValueError:
+            return None
+    return None
+
+
+def _float(v: Any) -> float | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return None
+    return None

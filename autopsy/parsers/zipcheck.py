@@ -1,0 +1,53 @@
+"""Integrity of ``.pt``/``.bin``/``.pth``/``.ckpt`` files without unpickling anything.
+
+``torch.save`` (since 1.6) writes a zip archive: ``<name>/data.pkl``, one member per
+storage, and the central directory at the very end. A save that died part-way leaves no
+end-of-central-directory record, so reading the directory (what ``zipfile`` does on
+open: a seek to the end, never the members) tells a complete file from a cut one in
+constant time. Older files are a bare pickle stream: listed, never loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+
+from autopsy.parsers.types import FileCheck
+
+PICKLE_NOTE = "legacy pickle format (not a zip archive), not inspected: autopsy never unpickles"
+
+
+def check_torch_file(path: str, fs_path: str, fd: int, size: int) -> FileCheck:
+    """Check a torch-style archive; ``fd`` is open on ``fs_path`` (``path`` is for the record)."""
+    if size == 0:
+        return FileCheck(path, size, "zip", False, "empty file (0 bytes)")
+    head = os.pread(fd, 4, 0)
+    if head[:1] == b"\x80" and len(head) >= 2 and 2 <= head[1] <= 5:
+        return FileCheck(path, size, "pickle", True, note=PICKLE_NOTE)
+    if head != b"PK\x03\x04":
+        if head[:4] == b"PK\x05\x06":  # an empty zip: only the end record
+            return FileCheck(path, size, "zip", False, "zip archive with no members")
+        return FileCheck(path, size, "other", True, note="neither a zip archive nor a pickle; not inspected")
+    try:
+        with open(fs_path, "rb") as fh, zipfile.ZipFile(fh) as zf:
+            infos = zf.infolist()
+            cd_start = getattr(zf, "start_dir", size)
+    except zipfile.BadZipFile as exc:
+        return FileCheck(path, size, "zip", False,
+                         f"zip central directory missing or damaged ({exc}): the file was cut short")
+    except (OSError, ValueError, EOFError, OverflowError, NotImplementedError) as exc:
+        return FileCheck(path, size, "zip", False, f"zip archive unreadable: {type(exc).__name__}: {exc}")
+    if not infos:
+        return FileCheck(path, size, "zip", False, "zip archive with no members")
+    limit = min(cd_start, size)
+    for info in infos:
+        # 30-byte local header + name; the member's data must end before the central directory
+        end = info.header_offset + 30 + len(info.filename.encode("utf-8", "replace")) + info.compress_size
+        if info.header_offset < 0 or end > limit:
+            return FileCheck(path, size, "zip", False,
+                             f"member {info.filename!r} runs past the data area ({end} > {limit} bytes)",
+                             entries=len(infos))
+    note = None
+    if not any(i.filename.endswith("data.pkl") for i in infos):
+        note = "zip archive without data.pkl (not written by torch.save?)"
+    return FileCheck(path, size, "zip", True, note=note, entries=len(infos))

@@ -1,0 +1,230 @@
+"""Rule-specific wording for ISSUES-log entries, in one table keyed by rule id.
+
+The generic text of a rule (why it matters, what to do, references) lives in its card;
+this table only adds what needs the facts of one run: which setting to change to what,
+which checkpoints can go and how much that frees, the lesson in one line. Every function
+tolerates missing facts (a rule may not know them on every run) and returns plain
+Markdown-safe strings built with :mod:`autopsy.report.sanitize`.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from autopsy.model import ArtifactKind, Evidence, Finding, Report
+from autopsy.report.common import fmt_bytes, fmt_value
+from autopsy.report.sanitize import md_code
+
+_CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml", ".cfg", ".ini", ".sh", ".bash", ".slurm", ".sbatch")
+_STEP_IN_NAME = re.compile(r"(\d+)(?!.*\d)")
+
+
+@dataclass(frozen=True)
+class Advice:
+    """``title``: entry title (``{step}`` is filled in); ``steps``: fact-driven fix steps; ``lesson``."""
+
+    title: str
+    lesson: tuple[str, ...] = ()
+    steps: Callable[[Finding, Report, list[Finding]], list[str]] = field(default=lambda f, r, rel: [])
+    resume: bool = True  # whether "resume from the latest valid checkpoint" is sound advice
+
+
+# ------------------------------------------------------------------ helpers on facts
+
+
+def fact(findings: list[Finding], *names: str) -> Any:
+    """The first of ``names`` present in the facts of any of ``findings`` (in order)."""
+    for f in findings:
+        for n in names:
+            if f.facts.get(n) is not None:
+                return f.facts[n]
+    return None
+
+
+def is_config_evidence(report: Report, ev: Evidence) -> bool:
+    if not ev.path or ev.line is None:
+        return False
+    for a in report.artifacts:
+        if a.path == ev.path:
+            return a.kind in (ArtifactKind.CONFIG, ArtifactKind.LAUNCH_SCRIPT)
+    return ev.path.lower().endswith(_CONFIG_SUFFIXES)
+
+
+def config_evidence(report: Report, findings: list[Finding]) -> list[Evidence]:
+    seen: set[tuple[str, int]] = set()
+    out = []
+    for f in findings:
+        for ev in f.evidence:
+            if is_config_evidence(report, ev) and (ev.path, ev.line) not in seen:  # type: ignore[comparison-overlap]
+                seen.add((ev.path, ev.line))  # type: ignore[arg-type]
+                out.append(ev)
+    return out
+
+
+def config_line_for(report: Report, findings: list[Finding], key: str) -> Evidence | None:
+    for ev in config_evidence(report, findings):
+        if ev.excerpt and re.search(rf"(?<![\w.]){re.escape(key)}\b", ev.excerpt):
+            return ev
+    return None
+
+
+def where(ev: Evidence | None) -> str:
+    return f" at {md_code(ev.location())}" if ev is not None else ""
+
+
+def checkpoint_dirs(report: Report) -> dict[str, int]:
+    """Checkpoint directory -> bytes on disk, from the checkpoint files listed as artifacts."""
+    sizes: dict[str, int] = {}
+    for a in report.artifacts:
+        if a.kind is ArtifactKind.CHECKPOINT_FILE:
+            d = posixpath.dirname(a.path)
+            if d and _STEP_IN_NAME.search(posixpath.basename(d)):
+                sizes[d] = sizes.get(d, 0) + a.size
+    return sizes
+
+
+def _step_of(path: str) -> int:
+    m = _STEP_IN_NAME.search(posixpath.basename(path))
+    return int(m.group(1)) if m else -1
+
+
+def cleanup_step(report: Report) -> str | None:
+    """Which checkpoints can be deleted (all but the latest valid one) and what that frees."""
+    dirs = checkpoint_dirs(report)
+    keep = report.run.latest_valid_checkpoint
+    if keep is None or keep not in dirs or len(dirs) < 2:
+        return None
+    drop = sorted((d for d in dirs if d != keep), key=_step_of)
+    freed = sum(dirs[d] for d in drop)
+    names = ", ".join(md_code(d) for d in drop[:6]) + (f" and {len(drop) - 6} more" if len(drop) > 6 else "")
+    return (f"Keep {md_code(keep)} (the latest valid checkpoint) and delete the other {len(drop)} "
+            f"checkpoint directories ({names}); that frees {fmt_bytes(freed)}.")
+
+
+def limit_step(report: Report, related: list[Finding]) -> str | None:
+    limit = fact(related, "save_total_limit", "limit", "configured_limit")
+    present = fact(related, "checkpoints_on_disk", "n_checkpoints", "checkpoints_present", "count")
+    ev = config_line_for(report, related, "save_total_limit")
+    if limit is None and ev is None:
+        return None
+    target = 2 if not isinstance(limit, int) or limit > 2 else 1
+    now = f" (now {fmt_value(limit)}{where(ev)})" if limit is not None else where(ev)
+    seen = f"; {fmt_value(present)} checkpoints were on disk, so check that old ones are really deleted" \
+        if isinstance(present, int) and isinstance(limit, int) and present > limit else ""
+    return f"Set {md_code(f'save_total_limit: {target}')}{now}{seen}."
+
+
+def resume_step(report: Report) -> str | None:
+    hint = report.run.resume_hint
+    if hint:
+        return f"Resume with {md_code(hint)}."
+    if report.run.latest_valid_checkpoint:
+        return f"Resume from {md_code(report.run.latest_valid_checkpoint)}."
+    return None
+
+
+def _keep(*steps: str | None) -> list[str]:
+    return [s for s in steps if s]
+
+
+# ------------------------------------------------------------------------ per rule
+
+
+def _disk_full(f: Finding, r: Report, rel: list[Finding]) -> list[str]:
+    free = fact(rel, "fs_free_bytes", "free_bytes")
+    total = fact(rel, "fs_total_bytes", "total_bytes", "volume_bytes")
+    per = fact(rel, "bytes_per_checkpoint", "checkpoint_bytes_each")
+    size = (f"Make the volume larger than the run needs: it holds {fmt_bytes(total)}"
+            + (f", checkpoints take about {fmt_bytes(per)} each" if isinstance(per, (int, float)) else "")
+            + "." if isinstance(total, (int, float)) else None)
+    return _keep(cleanup_step(r), limit_step(r, rel), size,
+                 f"Check free space before restarting ({fmt_bytes(free)} free when autopsy looked)."
+                 if isinstance(free, (int, float)) else None)
+
+
+def _retention(f: Finding, r: Report, rel: list[Finding]) -> list[str]:
+    forecast = fact(rel, "forecast_step", "disk_full_step")
+    return _keep(limit_step(r, rel), cleanup_step(r),
+                 f"At the current cadence the disk fills near step {fmt_value(forecast)}: act before then."
+                 if forecast is not None else None)
+
+
+def _oom_cuda(f: Finding, r: Report, rel: list[Finding]) -> list[str]:
+    bs_ev = config_line_for(r, rel, "per_device_train_batch_size") or config_line_for(r, rel, "batch_size")
+    bs = fact(rel, "per_device_train_batch_size", "batch_size")
+    req = fact(rel, "requested_gib")
+    free = fact(rel, "free_gib")
+    steps = []
+    if bs is not None or bs_ev is not None:
+        half = f" to {max(1, int(bs) // 2)}" if isinstance(bs, int) else ""
+        steps.append(f"Halve the per-device batch size{half}{where(bs_ev)} and double "
+                     f"{md_code('gradient_accumulation_steps')} to keep the effective batch.")
+    else:
+        steps.append("Lower the per-device batch size (or sequence length) and raise gradient accumulation.")
+    if isinstance(req, (int, float)) and isinstance(free, (int, float)):
+        steps.append(f"The allocation asked for {req:.2f} GiB with {free:.2f} GiB free: "
+                     "enable gradient checkpointing or mixed precision to make room.")
+    steps.append(f"If reserved memory is much larger than allocated, set "
+                 f"{md_code('PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True')} against fragmentation.")
+    return steps
+
+
+def _nonfinite(f: Finding, r: Report, rel: list[Finding]) -> list[str]:
+    first = fact(rel, "first_nonfinite_step", "step") or f.step
+    clip = config_line_for(r, rel, "max_grad_norm")
+    lr_ev = config_line_for(r, rel, "learning_rate")
+    run = r.run
+    before = (isinstance(first, int) and run.latest_valid_step is not None and run.latest_valid_step < first
+              and run.latest_valid_checkpoint)
+    return _keep(
+        f"Resume from {md_code(run.latest_valid_checkpoint or '')} (step {run.latest_valid_step:,}, "
+        f"before the first non-finite step {first:,})." if before and isinstance(first, int)
+        and run.latest_valid_step is not None else
+        f"Resume from a checkpoint saved before step {fmt_value(first)}, not from one after it."
+        if first is not None else None,
+        f"Lower the learning rate{where(lr_ev)} or lengthen warmup.",
+        f"Clip gradients ({md_code('max_grad_norm: 1.0')}{where(clip)}).",
+        "Prefer bf16 over fp16 when the hardware has it; fp16 overflows at 65504.",
+    )
+
+
+def _log_empty(f: Finding, r: Report, rel: list[Finding]) -> list[str]:
+    return [f"Run Python unbuffered ({md_code('python -u')} or {md_code('PYTHONUNBUFFERED=1')}) "
+            "so the log shows where the process stopped.",
+            "Check whether the process is alive and where it waits (py-spy dump --pid PID)."]
+
+
+def _gap(f: Finding, r: Report, rel: list[Finding]) -> list[str]:
+    ev = config_line_for(r, rel, "save_steps")
+    return [f"Save more often ({md_code('save_steps')}{where(ev)}) so a crash loses less work."]
+
+
+ADVICE: Mapping[str, Advice] = {
+    "disk.full": Advice("Training crash: disk full at step {step}", (
+        "Checkpoints grow by the same amount at every save: budget volume size as checkpoints kept x size.",
+        "Do not rely on the retention setting alone; verify the number of checkpoint directories.",
+    ), _disk_full),
+    "checkpoint.retention": Advice("Checkpoints exceed the retention limit at step {step}", (
+        "Retention settings can fail silently; count checkpoint directories after each save.",
+    ), _retention),
+    "checkpoint.gap": Advice("Crash lost the work since the last checkpoint at step {step}", (
+        "Choose the save cadence from the work you can afford to lose, not from disk alone.",
+    ), _gap),
+    "oom.cuda": Advice("Training crash: CUDA out of memory at step {step}", (
+        "Memory peaks depend on the longest batch, not the average one: test with the worst case first.",
+    ), _oom_cuda),
+    "loss.nonfinite": Advice("Loss became NaN/Inf at step {step}", (
+        "A NaN poisons every later step and checkpoint: stop early and resume from before it.",
+    ), _nonfinite, resume=False),
+    "log.empty": Advice("Training log is empty", (
+        "Always run long jobs unbuffered so the last line of the log is the last thing that happened.",
+    ), _log_empty, resume=False),
+}
+
+
+def advice_for(rule: str) -> Advice | None:
+    return ADVICE.get(rule)

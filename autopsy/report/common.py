@@ -1,0 +1,185 @@
+"""Formatting and ordering shared by every renderer, so all formats agree on them.
+
+Output is deterministic: findings are ordered primary first, then by severity (worst
+first), rule id and fingerprint; times come from the artifacts and are shown in UTC.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from autopsy.model import Artifact, Evidence, Finding, ParseStatus, Report, Severity
+
+# Parse outcomes worth telling the user about ("could not read"); SKIPPED is deliberate.
+DAMAGED = (ParseStatus.TRUNCATED, ParseStatus.UNREADABLE, ParseStatus.IN_PROGRESS)
+
+
+def finding_sort_key(f: Finding) -> tuple[int, int, str, str]:
+    return (0 if f.primary else 1, -int(f.severity), f.rule, f.fingerprint)
+
+
+def ordered_findings(report: Report) -> list[Finding]:
+    return sorted(report.findings, key=finding_sort_key)
+
+
+def verdict_finding(report: Report) -> Finding | None:
+    """The primary finding, or (when the engine named none) the worst one."""
+    if report.primary is not None:
+        return report.primary
+    found = ordered_findings(report)
+    return found[0] if found else None
+
+
+def damaged_artifacts(report: Report) -> list[Artifact]:
+    return sorted((a for a in report.artifacts if a.status in DAMAGED), key=lambda a: a.path)
+
+
+def unique_evidence(f: Finding) -> list[Evidence]:
+    """Evidence without exact repeats (two patterns of one rule can hit the same line)."""
+    seen: set[Evidence] = set()
+    out = []
+    for ev in f.evidence:
+        if ev not in seen:
+            seen.add(ev)
+            out.append(ev)
+    return out
+
+
+def worst_severity(reports: Iterable[Report]) -> Severity | None:
+    sev = [f.severity for r in reports for f in r.findings]
+    return max(sev) if sev else None
+
+
+def fmt_int(n: int | None) -> str:
+    return "?" if n is None else f"{n:,}"
+
+
+def fmt_step(report: Report) -> str:
+    """``9,000/28,000`` or ``9,000`` or ``?``."""
+    last, total = report.run.last_step, report.run.max_steps
+    if last is None:
+        return "?"
+    return f"{last:,}/{total:,}" if total else f"{last:,}"
+
+
+def fmt_bytes(n: float | int | None) -> str:
+    """Decimal units like ``df -h --si``; GB is what users compare with volume sizes."""
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(value) < 1000 or unit == "TB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} PB"  # pragma: no cover - the loop returns at TB
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """``3h 02m``, ``12m 05s``, ``40s``."""
+    if seconds is None or not math.isfinite(seconds):
+        return "?"
+    s = round(seconds)
+    if s >= 86400:
+        return f"{s // 86400}d {s % 86400 // 3600:02d}h"
+    if s >= 3600:
+        return f"{s // 3600}h {s % 3600 // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m {s % 60:02d}s"
+    return f"{s}s"
+
+
+def fmt_time(ts: float | None) -> str:
+    """Unix seconds as ``2025-10-24 14:03:11 UTC`` (UTC: the same on every machine)."""
+    if ts is None or not math.isfinite(ts):
+        return "?"
+    try:
+        return _dt.datetime.fromtimestamp(ts, tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):
+        return "?"
+
+
+def fmt_date(ts: float | None) -> str | None:
+    if ts is None or not math.isfinite(ts):
+        return None
+    try:
+        return _dt.datetime.fromtimestamp(ts, tz=_dt.timezone.utc).strftime("%Y-%m-%d")
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def failure_time(report: Report, finding: Finding | None) -> float | None:
+    """When the failure struck, from the artifacts: the finding, the run's failure, its end."""
+    for ts in (finding.wall_time if finding else None, report.run.failure_time, report.run.ended):
+        if ts is not None and math.isfinite(ts):
+            return ts
+    return None
+
+
+def fmt_value(v: Any) -> str:
+    """A fact value for people: floats short, big ints with separators, lists abbreviated."""
+    if isinstance(v, bool) or v is None:
+        return str(v).lower() if isinstance(v, bool) else "null"
+    if isinstance(v, int):
+        return f"{v:,}" if abs(v) >= 10000 else str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return str(v)
+        if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e6):
+            return f"{v:.3g}"
+        return f"{v:.4g}"
+    if isinstance(v, (list, tuple)):
+        items = [fmt_value(x) for x in v[:5]]
+        more = f", … ({len(v)} in all)" if len(v) > 5 else ""
+        return "[" + ", ".join(items) + more + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {fmt_value(x)}" for k, x in sorted(v.items())[:5]) + "}"
+    return str(v)
+
+
+def fmt_fact(name: str, v: Any) -> str:
+    """Facts whose name says bytes are shown in GB/MB; the rest by type."""
+    if "bytes" in name and isinstance(v, (int, float)) and not isinstance(v, bool):
+        return fmt_bytes(v)
+    return fmt_value(v)
+
+
+def fmt_facts(facts: dict[str, Any], limit: int = 8) -> str:
+    items = sorted(facts.items())
+    text = ", ".join(f"{k}={fmt_fact(k, v)}" for k, v in items[:limit])
+    if len(items) > limit:
+        text += f", … (+{len(items) - limit})"
+    return text
+
+
+def struck_at(report: Report, finding: Finding) -> str:
+    """``at step 9,000, 2025-10-24 14:03:11 UTC`` (only the parts that are known)."""
+    parts = []
+    if finding.step is not None:
+        parts.append(f"step {finding.step:,}")
+    ts = finding.wall_time if finding.wall_time is not None else (
+        report.run.failure_time if finding.primary else None)
+    if ts is not None:
+        parts.append(fmt_time(ts))
+    return ("at " + ", ".join(parts)) if parts else ""
+
+
+def lost_work(report: Report) -> str:
+    """``1,000 steps, 1h 02m`` since the latest valid checkpoint, or ``-`` when unknown."""
+    run = report.run
+    parts = []
+    if run.steps_lost is not None:
+        parts.append(f"{run.steps_lost:,} steps")
+    if run.seconds_lost is not None:
+        parts.append(fmt_duration(run.seconds_lost))
+    return ", ".join(parts) if parts else "-"
+
+
+def plain_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
+    for r in rows:
+        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return out

@@ -1,0 +1,233 @@
+"""The JSON report (schema ``autopsy/schema/report.schema.json``, documented in docs/json-schema.md).
+
+``report_to_dict`` gives a plain dict with a fixed key order (so CI diffs stay quiet),
+findings primary first. ``report_from_dict`` rebuilds a :class:`~autopsy.model.Report`
+from it so that ``autopsy report saved.json --format md`` can re-render without the run.
+
+JSON has no NaN or infinity: non-finite floats in facts are written as the strings
+``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` and read back as floats.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from autopsy.model import (
+    Artifact,
+    ArtifactKind,
+    Confidence,
+    Evidence,
+    Finding,
+    Outcome,
+    OutcomeKind,
+    ParseStatus,
+    Report,
+    RunSummary,
+    Severity,
+)
+from autopsy.report.common import ordered_findings, verdict_finding
+
+SCHEMA_VERSION = 1
+_NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+_RUN_FIELDS = ("path", "last_step", "max_steps", "started", "ended", "latest_valid_checkpoint",
+               "latest_valid_step", "steps_lost", "seconds_lost", "resume_hint", "failure_time")
+_EVIDENCE_FIELDS = ("path", "line", "line_end", "excerpt", "tag", "step", "step_end", "detail", "rank")
+
+
+class ReportFormatError(ValueError):
+    """A saved report that is not an autopsy JSON report (or of a newer schema)."""
+
+
+def _jsonable(v: Any) -> Any:
+    """Facts keep their types; only what JSON cannot hold is converted."""
+    if v is None or isinstance(v, (bool, str, int)):
+        return v
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "NaN"
+        if math.isinf(v):
+            return "Infinity" if v > 0 else "-Infinity"
+        return v
+    if isinstance(v, Mapping):
+        return {str(k): _jsonable(x) for k, x in sorted(v.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(v, (list, tuple, set, frozenset)):
+        items = sorted(v, key=str) if isinstance(v, (set, frozenset)) else v
+        return [_jsonable(x) for x in items]
+    item = getattr(v, "item", None)  # numpy / pandas scalars
+    if callable(item):
+        try:
+            return _jsonable(item())
+        except (TypeError, ValueError):
+            pass
+    return str(v)
+
+
+def _from_json_value(v: Any) -> Any:
+    if isinstance(v, str) and v in _NONFINITE:
+        return _NONFINITE[v]
+    if isinstance(v, dict):
+        return {k: _from_json_value(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_from_json_value(x) for x in v]
+    return v
+
+
+def _num(v: float | None) -> float | None:
+    return v if v is None or math.isfinite(v) else None
+
+
+def _run_value(v: Any) -> Any:
+    return _num(v) if isinstance(v, float) else _jsonable(v)
+
+
+def finding_to_dict(f: Finding) -> dict[str, Any]:
+    return {
+        "rule": f.rule,
+        "severity": str(f.severity),
+        "confidence": str(f.confidence),
+        "primary": f.primary,
+        "title": f.title,
+        "message": f.message,
+        "explained_by": f.explained_by,
+        "step": f.step,
+        "wall_time": _num(f.wall_time),
+        "evidence": [{k: _jsonable(v) for k, v in e.to_dict().items()} for e in f.evidence],
+        "facts": _jsonable(f.facts),
+        "key": f.key,
+        "fingerprint": f.fingerprint,
+    }
+
+
+def report_to_dict(report: Report) -> dict[str, Any]:
+    """The report as plain data in the documented schema, primary finding first."""
+    run = report.run
+    top = verdict_finding(report)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "autopsy_version": report.autopsy_version,
+        "run": {name: _run_value(getattr(run, name)) for name in _RUN_FIELDS},
+        "verdict": None if top is None else {
+            "rule": top.rule, "severity": str(top.severity), "message": top.message,
+            "step": top.step, "wall_time": _num(top.wall_time),
+        },
+        "findings": [finding_to_dict(f) for f in ordered_findings(report)],
+        "not_evaluated": [{"rule": o.rule, "reason": o.reason or ""}
+                          for o in sorted(report.not_evaluated, key=lambda o: o.rule)],
+        "rule_errors": [{"rule": o.rule, "reason": o.reason or ""}
+                        for o in sorted(report.rule_errors, key=lambda o: o.rule)],
+        "outcomes": [{"rule": o.rule, "outcome": str(o.kind)}
+                     for o in sorted(report.outcomes, key=lambda o: (o.rule, str(o.kind)))],
+        "artifacts": [
+            {"path": a.path, "kind": str(a.kind), "size": a.size, "mtime": _num(a.mtime),
+             "status": str(a.status), "note": a.note, "rank": a.rank, "detail": a.detail}
+            for a in sorted(report.artifacts, key=lambda a: a.path)
+        ],
+        "problems": sorted(report.problems),
+    }
+
+
+def report_to_json(report: Report, indent: int | None = 2) -> str:
+    """JSON text with a fixed key order; ``indent=None`` gives one line (for JSON Lines)."""
+    separators = (",", ":") if indent is None else (",", ": ")
+    return json.dumps(report_to_dict(report), indent=indent, ensure_ascii=False,
+                      allow_nan=False, separators=separators)
+
+
+def reports_to_jsonl(reports: Iterable[Report]) -> str:
+    return "".join(report_to_json(r, indent=None) + "\n" for r in reports)
+
+
+# ------------------------------------------------------------------------- reading
+
+
+def _enum(cls: Any, value: Any, what: str) -> Any:
+    try:
+        return cls.parse(value) if hasattr(cls, "parse") else cls(value)
+    except (ValueError, KeyError, AttributeError):
+        raise ReportFormatError(f"bad {what}: {value!r}") from None
+
+
+def _finding_from_dict(d: Mapping[str, Any]) -> Finding:
+    evidence = tuple(
+        Evidence(**{k: e[k] for k in _EVIDENCE_FIELDS if k in e}) for e in d.get("evidence") or ()
+    )
+    return Finding(
+        rule=str(d["rule"]),
+        severity=_enum(Severity, d["severity"], "severity"),
+        confidence=_enum(Confidence, d.get("confidence", "medium"), "confidence"),
+        title=str(d.get("title") or d["rule"]),
+        message=str(d.get("message") or ""),
+        facts=_from_json_value(dict(d.get("facts") or {})),
+        evidence=evidence,
+        key=str(d.get("key") or ""),
+        primary=bool(d.get("primary", False)),
+        explained_by=d.get("explained_by"),
+        step=d.get("step"),
+        wall_time=d.get("wall_time"),
+    )
+
+
+def report_from_dict(data: Mapping[str, Any]) -> Report:
+    """Rebuild a Report from ``report_to_dict`` output (a saved ``--format json`` report).
+
+    Raises :class:`ReportFormatError` for anything that is not such a report, including a
+    report written by a newer autopsy with a higher ``schema_version``.
+    """
+    if not isinstance(data, Mapping) or "schema_version" not in data or "run" not in data:
+        raise ReportFormatError("not an autopsy JSON report (no schema_version/run)")
+    version = data["schema_version"]
+    if not isinstance(version, int) or version > SCHEMA_VERSION or version < 1:
+        raise ReportFormatError(f"unsupported schema_version {version!r} (this autopsy reads 1..{SCHEMA_VERSION})")
+    try:
+        run_d = data["run"]
+        run = RunSummary(**{k: run_d.get(k) for k in _RUN_FIELDS if k != "path"}, path=str(run_d["path"]))
+        findings = tuple(_finding_from_dict(f) for f in data.get("findings") or ())
+        by_rule: dict[str, list[Finding]] = {}
+        for f in findings:
+            by_rule.setdefault(f.rule, []).append(f)
+        reasons = {o["rule"]: o.get("reason") for o in (data.get("not_evaluated") or [])}
+        reasons.update({o["rule"]: o.get("reason") for o in (data.get("rule_errors") or [])})
+        outcomes = []
+        for o in data.get("outcomes") or ():
+            kind = _enum(OutcomeKind, o["outcome"], "outcome")
+            outcomes.append(Outcome(
+                rule=o["rule"], kind=kind,
+                findings=tuple(by_rule.get(o["rule"], ())) if kind is OutcomeKind.FIRED else (),
+                reason=reasons.get(o["rule"]) if kind in (OutcomeKind.NOT_EVALUATED, OutcomeKind.RULE_ERROR) else None,
+            ))
+        if not outcomes:  # an older or hand-written report: keep what it says
+            outcomes = [Outcome(r, OutcomeKind.NOT_EVALUATED, reason=t) for r, t in
+                        ((o["rule"], o.get("reason")) for o in data.get("not_evaluated") or ())]
+            outcomes += [Outcome(r, OutcomeKind.RULE_ERROR, reason=t) for r, t in
+                         ((o["rule"], o.get("reason")) for o in data.get("rule_errors") or ())]
+        artifacts = tuple(
+            Artifact(path=a["path"], kind=_enum(ArtifactKind, a.get("kind", "other"), "artifact kind"),
+                     size=int(a.get("size") or 0), mtime=float(a.get("mtime") or 0.0),
+                     status=_enum(ParseStatus, a.get("status", "ok"), "artifact status"),
+                     note=a.get("note"), rank=a.get("rank"), detail=a.get("detail"))
+            for a in data.get("artifacts") or ()
+        )
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ReportFormatError(f"malformed report: {exc!r}") from None
+    return Report(run=run, findings=findings, outcomes=tuple(outcomes), artifacts=artifacts,
+                  problems=tuple(str(p) for p in data.get("problems") or ()),
+                  autopsy_version=str(data.get("autopsy_version") or ""))
+
+
+def reports_from_text(text: str) -> list[Report]:
+    """Read a saved report: one JSON object, a JSON array of them, or JSON Lines."""
+    stripped = text.strip()
+    if not stripped:
+        raise ReportFormatError("empty file")
+    try:
+        data = json.loads(stripped)
+    except json.JSONDecodeError:
+        try:
+            data = [json.loads(line) for line in stripped.splitlines() if line.strip()]
+        except json.JSONDecodeError as exc:
+            raise ReportFormatError(f"not JSON: {exc}") from None
+    items = data if isinstance(data, list) else [data]
+    return [report_from_dict(d) for d in items]

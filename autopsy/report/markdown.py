@@ -1,0 +1,260 @@
+"""ISSUES-log entries in Markdown, in exactly the format of shared/issue-template.md.
+
+One entry per root cause: the primary finding, then every other finding that nothing
+explains (severity warning or worse). Findings explained by a root cause become its
+symptoms. Headings, their order and bold markup are fixed; entries are separated by a
+``---`` line; the date is the failure's date from the artifacts (UTC).
+
+Generic rule text comes from the rule cards (``docs.why``, ``docs.action``, ``docs.references``),
+run-specific steps from :mod:`autopsy.report.advice`. Every piece of text read from the run
+goes through :mod:`autopsy.report.sanitize` (no raw HTML, fences longer than any backtick run).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+from autopsy.model import Finding, Report, Severity
+from autopsy.report.advice import advice_for, config_evidence, resume_step
+from autopsy.report.common import (
+    damaged_artifacts,
+    failure_time,
+    fmt_date,
+    fmt_fact,
+    fmt_step,
+    fmt_time,
+    ordered_findings,
+    unique_evidence,
+)
+from autopsy.report.sanitize import md_code, md_code_block, md_text, truncate
+
+STATUS_IN_PROGRESS = "⏳ IN PROGRESS"
+ENTRY_SEPARATOR = "\n---\n\n"
+MAX_EVIDENCE_BULLETS = 5
+FINGERPRINT_LABEL = "autopsy fingerprint"
+
+
+# ------------------------------------------------------------------------- catalog
+
+
+@functools.lru_cache(maxsize=1)
+def _default_catalog() -> Any:
+    try:
+        from autopsy.engine.loader import load_catalog
+    except ImportError:  # the engine is optional for rendering a saved report
+        return None
+    try:
+        return load_catalog()
+    except Exception:  # a broken user card must not stop a report from rendering
+        return None
+
+
+def card_docs(catalog: Any, rule: str) -> Mapping[str, Any]:
+    """The ``docs`` of a rule's card, or {} when there is no catalog or no such card."""
+    if catalog is None:
+        return {}
+    card = None
+    try:
+        card = catalog.get(rule)
+    except (KeyError, AttributeError):
+        cards = getattr(catalog, "cards", None)
+        card = cards.get(rule) if isinstance(cards, Mapping) else None
+    docs = getattr(card, "docs", None)
+    return docs if isinstance(docs, Mapping) else {}
+
+
+# -------------------------------------------------------------------------- entries
+
+
+def root_causes(report: Report) -> list[Finding]:
+    """The primary finding, then unexplained findings of severity error or worse.
+
+    Warnings that nothing explains are risks, not failures: they stay in the terminal,
+    JSON and HTML reports but get no ISSUES-log entry of their own. A report whose worst
+    findings are warnings (no primary) gets an entry for its worst one.
+    """
+    out = []
+    for f in ordered_findings(report):
+        if f.primary or (f.explained_by is None and f.severity >= Severity.ERROR):
+            out.append(f)
+    if not out:
+        top = next((f for f in ordered_findings(report) if f.severity >= Severity.WARNING), None)
+        out = [top] if top is not None else []
+    return out
+
+
+def explained(report: Report, cause: Finding) -> list[Finding]:
+    return [f for f in ordered_findings(report) if f is not cause and f.explained_by == cause.rule]
+
+
+def _evidence_bullet(ev: Any) -> str:
+    if not ev.path and ev.tag is None:  # a run-level detail: no location to show
+        return f"- {md_text(truncate(ev.detail or ev.excerpt or '', 200))}"
+    loc = md_code(ev.location())
+    parts = []
+    if ev.excerpt:
+        first = ev.excerpt.strip().splitlines()[0] if ev.excerpt.strip() else ""
+        parts.append(md_code(truncate(first, 200)))
+    if ev.detail:
+        parts.append(md_text(truncate(ev.detail, 200)))
+    return f"- {loc}: " + " ".join(parts) if parts else f"- {loc}"
+
+
+def _symptoms(report: Report, cause: Finding, related: list[Finding]) -> list[str]:
+    lines = []
+    for f in [cause, *related]:
+        evs = unique_evidence(f)
+        for ev in evs[:MAX_EVIDENCE_BULLETS]:
+            lines.append(_evidence_bullet(ev))
+        if len(evs) > MAX_EVIDENCE_BULLETS:
+            lines.append(f"- … and {len(evs) - MAX_EVIDENCE_BULLETS} more locations for {md_code(f.rule)}")
+        if f is not cause:
+            lines.append(f"- {md_code(f.rule)} ({f.severity}): {md_text(f.message)}")
+    run = report.run
+    if run.last_step is not None:
+        when = f" ({fmt_time(run.ended)})" if run.ended is not None else ""
+        lines.append(f"- The run's last recorded step is {fmt_step(report)}{when}")
+    for a in damaged_artifacts(report)[:MAX_EVIDENCE_BULLETS]:
+        note = f": {md_text(a.note)}" if a.note else ""
+        lines.append(f"- {md_code(a.path)} is {a.status}{note}")
+    return lines or ["- (no evidence recorded)"]
+
+
+def _root_cause(report: Report, cause: Finding, related: list[Finding], docs: Mapping[str, Any]) -> list[str]:
+    lines = [md_text(cause.message)]
+    excerpt = next((e for e in cause.evidence if e.excerpt and not _is_config(report, e)), None)
+    if excerpt is not None and excerpt.excerpt:
+        lines += ["", md_code_block(excerpt.excerpt)]
+    cfg = config_evidence(report, [cause, *related])
+    if cfg:
+        lines += ["", "Configuration involved:"]
+        lines += [f"- {md_code((e.excerpt or '').strip())} at {md_code(e.location())}" for e in cfg]
+    if cause.facts:
+        facts = "; ".join(f"{md_code(k)} = {md_text(fmt_fact(k, v))}" for k, v in sorted(cause.facts.items()))
+        lines += ["", f"Facts: {facts}"]
+    for f in related:
+        lines += ["", f"Linked: {md_code(f.rule)}: {md_text(f.message)}"]
+    return lines
+
+
+def _is_config(report: Report, ev: Any) -> bool:
+    from autopsy.report.advice import is_config_evidence
+
+    return is_config_evidence(report, ev)
+
+
+def _solution(report: Report, cause: Finding, related: list[Finding], docs: Mapping[str, Any]) -> list[str]:
+    adv = advice_for(cause.rule)
+    steps = adv.steps(cause, report, [cause, *related]) if adv else []
+    if docs.get("action"):
+        action = md_text(str(docs["action"]).strip())
+        steps.append(f"In general: {action}" if steps else action)
+    if (adv is None or adv.resume) and cause.severity >= Severity.ERROR:
+        step = resume_step(report)
+        if step:
+            steps.append(step)
+    if not steps:
+        steps = [f"See {md_code(f'autopsy rules explain {cause.rule}')}."]
+    return [f"{i}. {s}" for i, s in enumerate(steps, 1)]
+
+
+def _files_changed(report: Report, cause: Finding, related: list[Finding]) -> list[str]:
+    cfg = config_evidence(report, [cause, *related])
+    if not cfg:
+        return ["- None identified from the artifacts (see Solution Applied)."]
+    return [f"- {md_code(e.path or '')} (line {e.line}): {md_code((e.excerpt or '').strip())}" for e in cfg]
+
+
+def _lessons(cause: Finding, docs: Mapping[str, Any]) -> list[str]:
+    adv = advice_for(cause.rule)
+    lessons = list(adv.lesson) if adv and adv.lesson else []
+    if docs.get("why"):
+        lessons.append(str(docs["why"]).strip())
+    if not lessons:
+        lessons = [cause.title]
+    return [f"{i}. {md_text(s)}" for i, s in enumerate(lessons, 1)]
+
+
+def _guidelines(report: Report, cause: Finding, docs: Mapping[str, Any]) -> list[str]:
+    lines = []
+    summary = f": {md_text(str(docs['summary']).strip())}" if docs.get("summary") else ""
+    lines.append(f"- {md_code(f'autopsy rules explain {cause.rule}')}{summary}")
+    for ref in docs.get("references") or ():
+        ref = str(ref).strip()
+        if ref.startswith(("http://", "https://")) and not any(c in ref for c in " <>\n"):
+            lines.append(f"- <{ref}>")
+        elif ref:
+            lines.append(f"- {md_text(ref)}")
+    lines.append(f"- {FINGERPRINT_LABEL}: {md_code(cause.fingerprint)} (run {md_code(report.run.path)})")
+    return lines
+
+
+def entry_date(report: Report, cause: Finding) -> str:
+    """The failure's date from the artifacts; the newest artifact mtime when nothing better."""
+    date = fmt_date(failure_time(report, cause))
+    if date is None and report.artifacts:
+        date = fmt_date(max(a.mtime for a in report.artifacts))
+    return date or "unknown-date"
+
+
+def entry_title(cause: Finding) -> str:
+    adv = advice_for(cause.rule)
+    step = str(cause.step) if cause.step is not None else None
+    if adv is not None and ("{step}" not in adv.title or step is not None):
+        return adv.title.format(step=step)
+    return cause.title + (f" at step {step}" if step is not None else "")
+
+
+def render_entry(report: Report, cause: Finding, catalog: Any = None) -> str:
+    """One ISSUES-log entry for one root cause (no trailing separator)."""
+    docs = card_docs(catalog if catalog is not None else _default_catalog(), cause.rule)
+    related = explained(report, cause)
+    out = [
+        f"## {entry_date(report, cause)} - {md_text(entry_title(cause))}",
+        "",
+        f"**Issue:** {md_text(cause.message)}",
+        "",
+        "**Symptoms:**",
+        *_symptoms(report, cause, related),
+        "",
+        "**Root Cause:**",
+        *_root_cause(report, cause, related, docs),
+        "",
+        "**Solution Applied:**",
+        *_solution(report, cause, related, docs),
+        "",
+        "**Files Changed:**",
+        *_files_changed(report, cause, related),
+        "",
+        "**Lesson Learned:**",
+        *_lessons(cause, docs),
+        "",
+        "**Related Guidelines:**",
+        *_guidelines(report, cause, docs),
+        "",
+        f"**Status:** {STATUS_IN_PROGRESS}",
+    ]
+    return "\n".join(out) + "\n"
+
+
+def render_entries(report: Report, catalog: Any = None) -> list[tuple[str, str]]:
+    """(fingerprint, entry text) for each root cause, primary first."""
+    return [(f.fingerprint, render_entry(report, f, catalog)) for f in root_causes(report)]
+
+
+def render_markdown(report: Report, catalog: Any = None) -> str:
+    """The report as ISSUES-log entries; a one-line note when nothing needs an entry."""
+    entries = render_entries(report, catalog)
+    if not entries:
+        n_ne = len(report.not_evaluated)
+        extra = f"; {n_ne} rules could not be evaluated" if n_ne else ""
+        return (f"**autopsy:** no failure found in {md_code(report.run.path)} "
+                f"(last step {fmt_step(report)}{extra}).\n")
+    return ENTRY_SEPARATOR.join(text for _, text in entries)
+
+
+def render_markdown_many(reports: list[Report], catalog: Any = None) -> str:
+    parts = [render_markdown(r, catalog) for r in reports]
+    return ENTRY_SEPARATOR.join(parts)

@@ -1,0 +1,178 @@
+"""The terminal report: a one-line verdict, findings by severity with evidence, recovery.
+
+Plain text unless ``color=True`` (the CLI decides: a TTY, no ``NO_COLOR``, no ``--no-color``).
+Every excerpt is stripped of escape and control sequences first, so a log cannot move
+the cursor, retitle the window or hide text; excerpt lines sit behind a ``|`` gutter so
+that no line of the report starts with text taken from the run (CI runners read lines
+starting with ``::`` as commands).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from autopsy.model import Evidence, Finding, Report, Severity
+from autopsy.report.common import (
+    damaged_artifacts,
+    fmt_facts,
+    fmt_int,
+    fmt_step,
+    lost_work,
+    ordered_findings,
+    plain_table,
+    struck_at,
+    unique_evidence,
+    verdict_finding,
+)
+from autopsy.report.sanitize import strip_terminal, truncate
+
+MAX_EVIDENCE = 5
+MAX_EXCERPT_LINES = 8
+EXCERPT_WIDTH = 160
+
+_SEV_STYLE = {
+    Severity.CRITICAL: "\x1b[1;31m",
+    Severity.ERROR: "\x1b[31m",
+    Severity.WARNING: "\x1b[33m",
+    Severity.INFO: "\x1b[36m",
+}
+_BOLD, _DIM, _GREEN, _RESET = "\x1b[1m", "\x1b[2m", "\x1b[32m", "\x1b[0m"
+
+
+class _Style:
+    def __init__(self, color: bool) -> None:
+        self.color = color
+
+    def sev(self, sev: Severity, text: str) -> str:
+        return f"{_SEV_STYLE[sev]}{text}{_RESET}" if self.color else text
+
+    def bold(self, text: str) -> str:
+        return f"{_BOLD}{text}{_RESET}" if self.color else text
+
+    def dim(self, text: str) -> str:
+        return f"{_DIM}{text}{_RESET}" if self.color else text
+
+    def ok(self, text: str) -> str:
+        return f"{_GREEN}{text}{_RESET}" if self.color else text
+
+
+def _clean(text: str, limit: int = EXCERPT_WIDTH) -> str:
+    return truncate(strip_terminal(text, one_line=True), limit)
+
+
+def render_verdict(report: Report, *, color: bool = False) -> str:
+    """One line: where, what (primary rule and message), when (step, time)."""
+    st = _Style(color)
+    top = verdict_finding(report)
+    path = strip_terminal(report.run.path, one_line=True)
+    if top is None:
+        what = st.ok("no failure found")
+        gaps = [f"last step {fmt_step(report)}"]
+        if report.not_evaluated:
+            gaps.append(f"{len(report.not_evaluated)} rules not evaluated")
+        if report.rule_errors:
+            gaps.append(f"{len(report.rule_errors)} rule errors")
+        return f"{path}: {what} ({', '.join(gaps)})"
+    when = struck_at(report, top)
+    when = f" {when}" if when else ""
+    label = st.sev(top.severity, f"{top.severity.name} {top.rule}")
+    return f"{path}: {label}{when}: {_clean(top.message, 240)}"
+
+
+def _evidence_lines(ev: Evidence, st: _Style) -> list[str]:
+    loc = strip_terminal(ev.location(), one_line=True)
+    if ev.rank is not None and "rank" not in loc:
+        loc += f" [rank {ev.rank}]"
+    out = [f"    {st.dim(loc)}" + (f"  {_clean(ev.detail)}" if ev.detail else "")]
+    if ev.excerpt:
+        lines = strip_terminal(ev.excerpt).strip("\n").splitlines()
+        for line in lines[:MAX_EXCERPT_LINES]:
+            out.append(f"      | {truncate(line.replace(chr(9), '    '), EXCERPT_WIDTH)}")
+        if len(lines) > MAX_EXCERPT_LINES:
+            out.append(f"      | … ({len(lines) - MAX_EXCERPT_LINES} more lines)")
+    return out
+
+
+def _finding_lines(report: Report, f: Finding, st: _Style) -> list[str]:
+    tag = " [primary]" if f.primary else (f" (explained by {f.explained_by})" if f.explained_by else "")
+    when = struck_at(report, f)
+    when = f"  {when[3:]}" if when else ""  # drop the leading "at "
+    head = f"  {st.sev(f.severity, f'{f.severity.name:<8}')} {st.bold(f.rule)}{tag}{when}"
+    out = [head, f"    {_clean(f.message, 240)}"]
+    evidence = unique_evidence(f)
+    for ev in evidence[:MAX_EVIDENCE]:
+        out += _evidence_lines(ev, st)
+    if len(evidence) > MAX_EVIDENCE:
+        out.append(f"    … {len(evidence) - MAX_EVIDENCE} more")
+    if f.facts:
+        out.append(f"    {st.dim('facts:')} {_clean(fmt_facts(f.facts), 240)}")
+    return out
+
+
+def _recovery_lines(report: Report) -> list[str]:
+    run = report.run
+    if not report.findings or (run.latest_valid_checkpoint is None and run.resume_hint is None
+                                and run.last_step is None):
+        return []  # nothing failed (or nothing known): no recovery to advise
+    out = ["Recovery"]
+    if run.latest_valid_checkpoint:
+        step = f" (step {run.latest_valid_step:,})" if run.latest_valid_step is not None else ""
+        out.append(f"  latest valid checkpoint: {strip_terminal(run.latest_valid_checkpoint, one_line=True)}{step}")
+    else:
+        out.append("  latest valid checkpoint: none found (a restart begins from scratch)")
+    out.append(f"  last step: {fmt_step(report)}")
+    out.append(f"  lost since the checkpoint: {lost_work(report)}")
+    if run.resume_hint:
+        out.append(f"  resume: {strip_terminal(run.resume_hint, one_line=True)}")
+    return out
+
+
+def render_terminal(report: Report, *, color: bool = False) -> str:
+    """The full report for one run."""
+    st = _Style(color)
+    out = [render_verdict(report, color=color), ""]
+    findings = ordered_findings(report)
+    if findings:
+        out.append(f"Findings ({len(findings)})")
+        for f in findings:
+            out += _finding_lines(report, f, st)
+        out.append("")
+    rec = _recovery_lines(report)
+    if rec:
+        out += [*rec, ""]
+    if report.not_evaluated:
+        out.append(f"Not evaluated ({len(report.not_evaluated)})")
+        for o in sorted(report.not_evaluated, key=lambda o: o.rule):
+            out.append(f"  {o.rule}: {_clean(o.reason or 'no reason given')}")
+        out.append("")
+    if report.rule_errors:
+        out.append(f"Rule errors ({len(report.rule_errors)})")
+        for o in sorted(report.rule_errors, key=lambda o: o.rule):
+            out.append(f"  {o.rule}: {_clean(o.reason or 'no reason given')}")
+        out.append("")
+    damaged = damaged_artifacts(report)
+    if damaged or report.problems:
+        out.append(f"Could not read ({len(damaged) + len(report.problems)})")
+        for a in damaged:
+            note = f": {_clean(a.note)}" if a.note else ""
+            out.append(f"  {_clean(a.path)} ({a.status}){note}")
+        for p in sorted(report.problems):
+            out.append(f"  {_clean(p)}")
+        out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def render_table(reports: Sequence[Report], *, color: bool = False) -> str:
+    """Many runs: one row per run (verdict, last step, lost work)."""
+    st = _Style(color)
+    rows = []
+    for r in reports:
+        top = verdict_finding(r)
+        verdict = "ok" if top is None else f"{top.severity} {top.rule}"
+        n = len(r.findings)
+        lost = lost_work(r) if top is not None and top.severity >= Severity.ERROR else "-"  # only a failure loses work
+        rows.append([_clean(r.run.path, 60), verdict, fmt_step(r), lost, fmt_int(n)])
+    lines = plain_table(["RUN", "VERDICT", "LAST STEP", "LOST", "FINDINGS"], rows)
+    if color:
+        lines[0] = st.bold(lines[0])
+    return "\n".join(lines) + "\n"

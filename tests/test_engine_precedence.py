@@ -1,0 +1,110 @@
+"""Precedence: one primary root cause, explained_by links from the cards, stable order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from engine_helpers import card_dict, make_card
+
+from autopsy.engine.precedence import apply_precedence
+from autopsy.model import Confidence, Finding, Severity
+
+
+def card(rule: str, **over: Any):  # type: ignore[no-untyped-def]
+    return make_card(yaml.safe_dump(card_dict(id=rule, **over)))
+
+
+def finding(rule: str, severity: Severity = Severity.CRITICAL, *, key: str = "k", confidence: Confidence =
+            Confidence.HIGH, wall_time: float | None = None, step: int | None = None) -> Finding:
+    return Finding(rule=rule, severity=severity, confidence=confidence, title=rule, message=rule, key=key,
+                   wall_time=wall_time, step=step)
+
+
+def cards(*cs: Any) -> dict[str, Any]:
+    return {c.id: c for c in cs}
+
+
+def summary(out: tuple[Finding, ...]) -> list[tuple[str, bool, str | None]]:
+    return [(f.rule, f.primary, f.explained_by) for f in out]
+
+
+def test_oom_on_a_rank_is_primary_over_child_failed_and_timeouts() -> None:
+    cat = cards(card("oom.cuda", supersedes=["crash.exception", "dist.rank_failure"], explains=["dist.timeout"]),
+                card("dist.rank_failure", explains=["dist.timeout"]), card("dist.timeout"), card("crash.exception"))
+    # The timeouts come first in time and are just as loud: the cards still decide.
+    out = apply_precedence([finding("dist.timeout", wall_time=10), finding("dist.rank_failure", wall_time=30),
+                            finding("crash.exception", wall_time=20), finding("oom.cuda", wall_time=25)], cat)
+    assert summary(out) == [("oom.cuda", True, None), ("crash.exception", False, "oom.cuda"),
+                            ("dist.rank_failure", False, "oom.cuda"), ("dist.timeout", False, "oom.cuda")]
+
+
+def test_disk_full_chain_links_to_nearest_cause() -> None:
+    cat = cards(card("disk.full", explains=["checkpoint.corrupt"]),
+                card("checkpoint.corrupt", explains=["run.stalled"]), card("run.stalled"))
+    out = apply_precedence([finding("run.stalled", Severity.ERROR), finding("checkpoint.corrupt", Severity.ERROR),
+                            finding("disk.full")], cat)
+    assert summary(out) == [("disk.full", True, None), ("checkpoint.corrupt", False, "disk.full"),
+                            ("run.stalled", False, "checkpoint.corrupt")]
+
+
+def test_generic_rule_is_primary_only_when_nothing_more_specific() -> None:
+    cat = cards(card("crash.exception"), card("code.shape"))
+    out = apply_precedence([finding("crash.exception", wall_time=1), finding("code.shape", wall_time=5)], cat)
+    assert summary(out) == [("code.shape", True, None), ("crash.exception", False, "code.shape")]
+    alone = apply_precedence([finding("crash.exception")], cat)
+    assert summary(alone) == [("crash.exception", True, None)]
+
+
+def test_generic_warning_not_linked_to_non_critical_primary() -> None:
+    cat = cards(card("run.incomplete"), card("lr.floor"))
+    out = apply_precedence([finding("run.incomplete", Severity.WARNING), finding("lr.floor", Severity.ERROR)], cat)
+    assert summary(out) == [("lr.floor", True, None), ("run.incomplete", False, None)]
+
+
+def test_severity_then_confidence_then_specificity_then_time() -> None:
+    cat = cards(card("a.one"), card("b.two", specificity=5), card("c.three"))
+    out = apply_precedence([finding("a.one", Severity.ERROR), finding("c.three", Severity.CRITICAL,
+                                                                      confidence=Confidence.LOW)], cat)
+    assert out[0].rule == "c.three"  # severity beats confidence
+    out = apply_precedence([finding("a.one", confidence=Confidence.LOW), finding("c.three")], cat)
+    assert out[0].rule == "c.three"
+    out = apply_precedence([finding("a.one"), finding("b.two")], cat)
+    assert out[0].rule == "b.two"  # card-declared specificity
+    out = apply_precedence([finding("a.one", wall_time=50), finding("c.three", wall_time=10)], cat)
+    assert out[0].rule == "c.three"  # the first failure in time, not the last
+    out = apply_precedence([finding("a.one", step=90), finding("c.three", step=100)], cat)
+    assert out[0].rule == "a.one"
+
+
+def test_info_is_never_primary_and_empty_is_empty() -> None:
+    assert apply_precedence([], {}) == ()
+    out = apply_precedence([finding("x.note", Severity.INFO)], {})
+    assert summary(out) == [("x.note", False, None)]
+
+
+def test_cycle_in_cards_still_gives_one_primary_and_no_loop() -> None:
+    cat = cards(card("a.one", supersedes=["b.two"]), card("b.two", supersedes=["a.one"]))
+    out = apply_precedence([finding("b.two"), finding("a.one")], cat)
+    assert [f.primary for f in out].count(True) == 1
+    links = {f.rule: f.explained_by for f in out}
+    assert not (links["a.one"] == "b.two" and links["b.two"] == "a.one")
+
+
+def test_one_primary_among_findings_of_the_same_rule_and_stable_order() -> None:
+    cat = cards(card("crash.exception"))
+    fs = [finding("crash.exception", key="ValueError"), finding("crash.exception", key="KeyError"),
+          finding("loss.spike", Severity.WARNING)]
+    out = apply_precedence(fs, cat)
+    assert [f.primary for f in out] == [True, False, False]
+    assert out[1].rule == "crash.exception" and out[1].explained_by is None
+    rest = [f.fingerprint for f in out[1:2]]
+    assert apply_precedence(list(reversed(fs)), cat)[1].fingerprint == rest[0]  # input order does not matter
+    assert out == apply_precedence(list(reversed(fs)), cat)
+
+
+def test_explained_by_set_by_a_check_is_reset() -> None:
+    f = Finding(rule="a.one", severity=Severity.ERROR, confidence=Confidence.HIGH, title="t", message="m",
+                primary=True, explained_by="zzz.x")
+    (out,) = apply_precedence([f], {})
+    assert out.primary and out.explained_by is None

@@ -1,0 +1,230 @@
+"""The HTML report without a browser: escaping, self-containment, downsampling, sections."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import html_samples as hs
+
+from autopsy.report.chart_svg import layout, nice_ticks, script_json
+from autopsy.report.charts import make_line, minmax_indices
+from autopsy.report.html import render_html
+
+# Any way a document can make the browser fetch something: attributes, CSS, imports.
+_FETCHING = re.compile(
+    r"""(?:\b(?:src|srcset|poster|data|action|formaction|background|xlink:href)\s*=\s*["']?\s*(?!data:|\#)[a-z]+:)"""
+    r"""|<link\b|@import|url\(\s*["']?\s*(?!data:|\#)[a-z]+:|<iframe|<object|<embed|<img\b""",
+    re.IGNORECASE,
+)
+
+
+@pytest.fixture(params=sorted(hs.SAMPLES))
+def sample(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str, str]:
+    report, run = hs.SAMPLES[request.param](tmp_path / request.param)
+    return request.param, render_html(report, run), render_html(report, None)
+
+
+def test_hostile_text_renders_as_text(tmp_path: Path) -> None:
+    report, run = hs.hostile(tmp_path / "run")
+    for out in (render_html(report, run), render_html(report, None)):
+        # the only <script> elements are ours: the JSON data blocks and the inline JS
+        scripts = re.findall(r"<script\b[^>]*>", out)
+        assert set(scripts) <= {'<script type="application/json" class="chart-data">', "<script>"}, scripts
+        assert out.count("<script>") == 1
+        assert "alert(1)" in out  # the text is there ...
+        assert "<script>alert(1)" not in out  # ... but never as markup
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in out
+        assert "{{7*7}}" in out and ">49<" not in out  # not evaluated as a template
+        assert "\x1b" not in out  # ANSI colour codes stripped from the excerpt
+    with_run = render_html(report, run)
+    # in the JSON for the hover layer, a tag holding </script> cannot end the block
+    blobs = re.findall(r'<script type="application/json" class="chart-data">(.*?)</script>', with_run, re.S)
+    assert blobs and all("<" not in b and ">" not in b for b in blobs)
+    assert "\\u003c/script\\u003e" in with_run
+
+
+def test_evidence_outside_the_run_is_not_read(tmp_path: Path) -> None:
+    report, run = hs.hostile(tmp_path / "run")
+    (tmp_path / "outside.log").write_text("SECRET-OUTSIDE-LINE\n")
+    out = render_html(report, run)
+    assert "SECRET-OUTSIDE-LINE" not in out
+
+
+def test_no_external_resources(sample: tuple[str, str, str]) -> None:
+    _name, with_run, without_run = sample
+    for out in (with_run, without_run):
+        assert not _FETCHING.search(out), _FETCHING.search(out)
+        assert out.startswith("<!DOCTYPE html>")
+        assert "<style>" in out and "<script>" in out  # CSS and JS inlined
+
+
+def test_no_external_url_anywhere_without_card_references(tmp_path: Path) -> None:
+    report, run = hs.lr_floor(tmp_path / "run")
+    out = render_html(report, run)
+    refs = set(re.findall(r"https?://[^\s<\"']+", out))
+    # the only URLs allowed are rule-card references, shown as text, never fetched
+    assert all("<li>" + r in out for r in refs)
+
+
+def test_fetching_regex_catches_what_it_should() -> None:
+    for bad in ('<img src="https://x/y.png">', "<link rel=stylesheet href=x>", "@import 'http://x'",
+                "background: url(https://x/y)", '<script src="http://cdn/x.js"></script>'):
+        assert _FETCHING.search(bad), bad
+    assert not _FETCHING.search('<a href="#finding-1">x</a> <svg viewBox="0 0 1 1"></svg>')
+
+
+def test_minmax_downsampling_keeps_spikes_and_dips() -> None:
+    rng = np.random.default_rng(1)
+    steps = np.arange(200_000, dtype="float64")
+    values = 1 + 0.01 * rng.standard_normal(len(steps))
+    values[123_457] = 1e4  # a one-step spike
+    values[7] = -50.0  # a one-step dip
+    keep = minmax_indices(steps, values, buckets=300)
+    assert len(keep) <= 4 * 300
+    assert 123_457 in keep and 7 in keep
+    assert keep[0] == 0 and keep[-1] == len(steps) - 1
+    assert np.all(np.diff(keep) > 0)  # sorted, unique
+    line = make_line("loss", steps, values)
+    assert line.values.max() == 1e4 and line.values.min() == -50.0
+    assert line.n_points == 200_000 and len(line.steps) <= 4 * 300 + 1
+
+
+def test_short_series_is_not_downsampled() -> None:
+    steps = np.arange(100, dtype="float64")
+    assert list(minmax_indices(steps, steps * 2)) == list(range(100))
+
+
+def test_nonfinite_values_break_the_line_and_are_marked() -> None:
+    steps = np.arange(10_000, dtype="float64")
+    values = np.linspace(3, 1, len(steps))
+    values[5000:5003] = np.nan
+    values[9000] = np.inf
+    line = make_line("loss", steps[::-1], values[::-1])  # unsorted input is sorted
+    assert line.n_nonfinite == 4
+    assert line.nonfinite[0] == (5000.0, "NaN")
+    assert [(a, b, n) for a, b, _k, n in line.nonfinite_runs] == [(5000.0, 5002.0, 3), (9000.0, 9000.0, 1)]
+    assert np.isfinite(line.values).all()
+    # three segments: before the NaNs, between NaN and inf, after inf
+    assert int(line.starts.sum()) == 3
+    drawn = layout(hs_chart(line))
+    assert drawn.lines[0].d.count("M") == 3
+
+
+def hs_chart(line: object) -> object:
+    from autopsy.report.charts import Chart
+
+    line.css = "c0"  # type: ignore[attr-defined]
+    return Chart(id="t", title="t", lines=[line])  # type: ignore[list-item]
+
+
+def test_nice_ticks() -> None:
+    assert nice_ticks(0, 9000, 7) == [0, 2000, 4000, 6000, 8000]
+    assert nice_ticks(0.0, 3e-4, 4) == pytest.approx([0, 1e-4, 2e-4, 3e-4])
+    assert nice_ticks(5, 5) == [5]
+
+
+def test_script_json_is_inert() -> None:
+    text = script_json({"label": "</script><script>alert(1)</script>&"})
+    assert "<" not in text and ">" not in text and "&" not in text
+
+
+def test_markers_where_findings_point(tmp_path: Path) -> None:
+    report, run = hs.nan_loss(tmp_path / "run")
+    out = render_html(report, run)
+    loss = _figure(out, "loss")
+    assert 'data-rule="loss.nonfinite"' in loss
+    assert "NaN from step 312" in loss or "+inf, NaN from step 312" in loss
+    grad = _figure(out, "grad_norm")
+    assert 'data-rule="loss.spike"' in grad  # the spike is drawn on the grad-norm chart
+    assert "running median 1.5" in grad
+
+    report, run = hs.lr_floor(tmp_path / "lr")
+    out = render_html(report, run)
+    lr = _figure(out, "lr")
+    assert "observed floor 3e-05" in lr and "configured min 0" in lr
+    assert 'class="marker band' in _figure(out, "loss")  # the plateau window
+
+    report, run = hs.disk_full(tmp_path / "disk")
+    out = render_html(report, run)
+    ck = _figure(out, "checkpoints")
+    assert "forecast: disk full at step ~9,100" in ck and "volume 30.0 GiB" in ck
+    assert ck.count("ckpt-corrupt") == 1 and ck.count("ckpt-valid") == 8
+
+
+def _figure(out: str, chart_id: str) -> str:
+    m = re.search(rf'<figure class="chart" id="chart-{chart_id}".*?</figure>', out, re.S)
+    assert m, f"no chart {chart_id}"
+    return m.group(0)
+
+
+def test_verdict_recovery_and_order(tmp_path: Path) -> None:
+    report, run = hs.disk_full(tmp_path / "run")
+    out = render_html(report, run)
+    verdict = out[out.index('id="verdict"'):out.index('id="findings"')]
+    assert "Disk full while saving a checkpoint" in verdict and "disk.full" in verdict
+    assert "checkpoint-8000 (step 8,000)" in verdict
+    assert "1,000 steps" in verdict and "1 h 2 min" in verdict
+    assert "step 9,000 of 20,000" in verdict
+    rules = re.findall(r'<li id="finding-\d+" class="finding[^"]*" data-rule="([^"]+)"', out)
+    assert rules == [f.rule for f in report.findings]
+    # the offending line is highlighted, with its number, among its context lines
+    assert re.search(r'<span class="ln hl"><span class="no">120</span><span class="tx">safetensors_rust', out)
+    assert '<span class="ln"><span class="no">118</span><span class="tx">Saving model checkpoint' in out
+    # explained-by links to the finding that explains it
+    assert 'Explained by <a href="#finding-1"><code>disk.full</code></a>' in out
+
+
+def test_without_run_says_plots_need_the_run_directory(tmp_path: Path) -> None:
+    report, _run = hs.disk_full(tmp_path / "run")
+    out = render_html(report, None)
+    assert "Plots need the run directory" in out
+    assert "<svg" not in out
+    assert "No space left on device" in out  # evidence excerpt still shown
+    assert 'class="ln hl"><span class="no">120</span>' in out
+
+
+def test_per_rank_section(tmp_path: Path) -> None:
+    report, run = hs.stragglers(tmp_path / "run")
+    out = render_html(report, run)
+    ranks = out[out.index('<section id="ranks">'):]
+    assert ranks.count('<tr class="flagged">') == 1
+    assert re.search(r'<tr class="flagged"><td>2 <span class="tag bad">flagged</span></td><td class="r">\d+</td>'
+                     r'<td class="r">0.95</td><td class="r">1.9</td>', ranks)
+
+
+def test_a_broken_section_does_not_hide_the_verdict(tmp_path: Path) -> None:
+    report, run = hs.disk_full(tmp_path / "run")
+
+    class Broken(hs.FakeRun):
+        @property
+        def checkpoint_list(self) -> list:  # type: ignore[override]
+            raise OSError("disk on fire")
+
+        @checkpoint_list.setter
+        def checkpoint_list(self, value: object) -> None:
+            pass
+
+    broken = Broken(run.root, run.scalars, [], run.artifact_list)
+    out = render_html(report, broken)
+    assert "Disk full while saving a checkpoint" in out
+    assert "checkpoints: could not be drawn (OSError: disk on fire)" in out
+
+
+def test_empty_report_renders(tmp_path: Path) -> None:
+    from autopsy.model import Report, RunSummary
+
+    out = render_html(Report(RunSummary(path=str(tmp_path)), ()), None)
+    assert "No problems found" in out and "No rule fired" in out
+
+
+def test_sizes_stay_small(sample: tuple[str, str, str]) -> None:
+    name, with_run, without_run = sample
+    assert len(with_run.encode()) < 400_000, name
+    assert len(without_run.encode()) < 100_000, name

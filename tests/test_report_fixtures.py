@@ -1,0 +1,98 @@
+"""Every fixture run through every renderer: JSON schema, SARIF schema, snapshots of three runs.
+
+Fixture runs are copied with pinned mtimes and analysed with a pinned ``now`` so that the
+output is byte-for-byte reproducible on any checkout (git sets mtimes to checkout time).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+import pytest
+from conftest import RUNS
+from snapshot_util import assert_snapshot
+
+from autopsy.model import Report
+
+PINNED_MTIME = 1761282000.0  # 2025-10-24 05:00:00 UTC
+SNAPSHOT_RUNS = ("disk_full", "nan_loss", "retention", "killed_mid_save")
+PINNED_DISK = collections.namedtuple("usage", "total used free")(100 * 10**9, 60 * 10**9, 40 * 10**9)
+SARIF_SCHEMA = Path(__file__).parent / "data" / "sarif-2.1.0.schema.json"
+
+
+def _runs() -> list[str]:
+    return sorted(p.name for p in RUNS.glob("*") if p.is_dir()) if RUNS.exists() else []
+
+
+@pytest.fixture(scope="module")
+def pinned(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("pinned")
+    for name in _runs():
+        shutil.copytree(RUNS / name, root / name, symlinks=True)
+    for dirpath, _dirs, files in os.walk(root):
+        for n in files:
+            p = os.path.join(dirpath, n)
+            if not os.path.islink(p):
+                os.utime(p, (PINNED_MTIME, PINNED_MTIME))
+    return root
+
+
+_cache: dict[str, Report] = {}
+
+
+def _report(pinned: Path, name: str) -> Report:
+    if name not in _cache:
+        import autopsy
+        from autopsy.run import LoadOptions
+
+        cwd = os.getcwd()
+        real_disk_usage = shutil.disk_usage
+        os.chdir(pinned)
+        # Some rules report the volume's size/free space at analysis time (forecasts): pin it.
+        shutil.disk_usage = lambda _p: PINNED_DISK  # type: ignore[assignment]
+        try:  # a relative path, so the report says "disk_full", not a tmp dir
+            _cache[name] = autopsy.analyze(name, options=LoadOptions(now=PINNED_MTIME + 86400))
+        finally:
+            os.chdir(cwd)
+            shutil.disk_usage = real_disk_usage
+    return _cache[name]
+
+
+@pytest.fixture(scope="module")
+def report_validator() -> jsonschema.protocols.Validator:
+    schema = json.loads(resources.files("autopsy").joinpath("schema", "report.schema.json").read_text())
+    return jsonschema.Draft202012Validator(schema)
+
+
+@pytest.fixture(scope="module")
+def sarif_validator() -> jsonschema.protocols.Validator:
+    return jsonschema.Draft4Validator(json.loads(SARIF_SCHEMA.read_text(encoding="utf-8")))
+
+
+@pytest.mark.parametrize("name", _runs())
+def test_fixture_json_and_sarif_validate(name: str, pinned: Path, report_validator: jsonschema.protocols.Validator,
+                                         sarif_validator: jsonschema.protocols.Validator) -> None:
+    from autopsy.report.json_report import report_from_dict
+    from autopsy.report.sarif import render_sarif
+
+    report = _report(pinned, name)
+    data = json.loads(report.to_json())
+    report_validator.validate(data)
+    sarif_validator.validate(json.loads(render_sarif([report])))
+    assert report_from_dict(data).to_json() == report.to_json()
+
+
+@pytest.mark.parametrize("name", [n for n in SNAPSHOT_RUNS if n in _runs()])
+def test_fixture_snapshots(name: str, pinned: Path) -> None:
+    from autopsy.report.markdown import render_markdown
+    from autopsy.report.terminal import render_terminal
+
+    report = _report(pinned, name)
+    assert_snapshot(f"fixture_{name}.txt", render_terminal(report))
+    assert_snapshot(f"fixture_{name}.md", render_markdown(report))

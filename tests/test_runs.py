@@ -1,0 +1,109 @@
+"""End to end over the real fixture runs: ``fixtures/runs/<name>/`` + ``fixtures/expected/<name>.yaml``.
+
+Expected file keys (unknown keys are an error, so a typo cannot pass):
+
+* ``run``: the run's directory name (checked);
+* ``primary``: the rule id of the primary finding, or ``none`` / null for none;
+* ``fires``: rule ids that must fire;
+* ``not_fires``: rule ids that must not fire (the benign look-alikes of that run);
+* ``facts``: ``{rule id: {fact: value}}``, a subset one finding of that rule must carry;
+* ``only``: when true, no finding of warning or worse may fire outside ``fires``;
+* ``not_evaluated``: rule ids that must end not evaluated;
+* ``notes``: free text (what the run is, how it was made);
+* ``truth``: the generator's ground truth (informational; map it onto ``facts`` to test it).
+
+A run without an expected file is still analysed: it must not raise and no rule may
+end in a rule error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from casefiles import facts_match
+from conftest import FIXTURES, RUNS
+
+EXPECTED = FIXTURES / "expected"
+_KEYS = frozenset({"run", "primary", "fires", "not_fires", "facts", "only", "not_evaluated", "notes", "truth"})
+RUN_DIRS = sorted(p for p in RUNS.iterdir() if p.is_dir()) if RUNS.is_dir() else []
+
+
+@pytest.fixture(scope="module")
+def catalog():  # type: ignore[no-untyped-def]
+    from autopsy.engine.loader import load_catalog
+
+    return load_catalog()
+
+
+def _now_for(run_dir: Path) -> float:
+    """Analysis time: an hour after the run's last write, whenever the test runs.
+
+    A fresh checkout gives every file the checkout time as mtime, so the real clock would
+    make results depend on when the repo was cloned (a truncated checkpoint looks "still
+    being written" for two minutes after a clone). An hour matches the per-rule cases
+    (``casefiles.DEFAULT_AGE_S``): a finished run, analysed after the fact.
+    """
+    from casefiles import DEFAULT_AGE_S
+
+    mtimes = [p.stat().st_mtime for p in run_dir.rglob("*") if p.is_file()]
+    return max(mtimes, default=0.0) + DEFAULT_AGE_S
+
+
+def _expected(name: str) -> dict[str, Any] | None:
+    path = EXPECTED / f"{name}.yaml"
+    if not path.is_file():
+        return None
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    unknown = sorted(set(data) - _KEYS)
+    assert not unknown, f"{path}: unknown keys {unknown} (allowed: {sorted(_KEYS)})"
+    assert data.get("run", name) == name, f"{path}: run: {data['run']!r} is not {name!r}"
+    return data
+
+
+@pytest.mark.skipif(not RUN_DIRS, reason="no fixture runs in fixtures/runs/ yet (see fixtures/generate.py)")
+@pytest.mark.parametrize("run_dir", RUN_DIRS, ids=[p.name for p in RUN_DIRS])
+def test_run(run_dir: Path, catalog) -> None:  # type: ignore[no-untyped-def]
+    from autopsy.api import analyze
+    from autopsy.model import OutcomeKind, Severity
+    from autopsy.run import LoadOptions
+
+    report = analyze(run_dir, catalog=catalog, options=LoadOptions(now=_now_for(run_dir)))
+    errors = [f"{o.rule}: {o.reason}" for o in report.rule_errors]
+    assert not errors, "rule errors:\n" + "\n".join(errors)
+    exp = _expected(run_dir.name)
+    if exp is None:
+        pytest.skip(f"no fixtures/expected/{run_dir.name}.yaml yet; analysed without errors")
+    fired = {f.rule for f in report.findings}
+    listing = "\n".join(f"  {'*' if f.primary else ' '} {f.rule} [{f.severity}] {f.message}" for f in report.findings)
+    problems = []
+    if "primary" in exp:
+        got = report.primary.rule if report.primary else "none"
+        want = "none" if exp["primary"] is None else str(exp["primary"])
+        if got != want:
+            problems.append(f"primary: expected {want}, got {got}")
+    for rule in exp.get("fires") or ():
+        if rule not in fired:
+            outcome = next((o for o in report.outcomes if o.rule == rule), None)
+            why = f"{outcome.kind}: {outcome.reason}" if outcome else "no such rule"
+            problems.append(f"fires: {rule} did not fire ({why})")
+    for rule in exp.get("not_fires") or ():
+        if rule in fired:
+            problems.append(f"not_fires: {rule} fired")
+    for rule, facts in (exp.get("facts") or {}).items():
+        candidates = [f.facts for f in report.findings if f.rule == rule]
+        if not any(facts_match(facts, c) for c in candidates):
+            problems.append(f"facts: no {rule} finding has {facts!r}; got {candidates!r}")
+    if exp.get("only"):
+        allowed = set(exp.get("fires") or ())
+        extra = sorted({f.rule for f in report.findings if f.severity >= Severity.WARNING} - allowed)
+        if extra:
+            problems.append(f"only: unexpected findings {extra}")
+    outcomes = {o.rule: o for o in report.outcomes}
+    for rule in exp.get("not_evaluated") or ():
+        o = outcomes.get(rule)
+        if o is None or o.kind is not OutcomeKind.NOT_EVALUATED:
+            problems.append(f"not_evaluated: {rule} ended {o.kind if o else 'without outcome'}")
+    assert not problems, f"{run_dir.name}:\n" + "\n".join(problems) + "\nfindings:\n" + listing
