@@ -8,6 +8,7 @@ directory outside the checkout so that only the installed copy can be imported.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -21,10 +22,16 @@ from conftest import REPO, RULES, RUNS
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    build = tmp_path_factory.mktemp("build")
+    # Build from a copy so the build leaves no build/ or egg-info in the checkout.
+    src = tmp_path_factory.mktemp("src") / "autopsy-src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, src / name)
+    for name in ("autopsy", "rules"):
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(REPO)],
-        capture_output=True, text=True, cwd=build, timeout=300,
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(src)],
+        capture_output=True, text=True, cwd=src, timeout=300,
     )
     if proc.returncode != 0:
         pytest.fail(f"pip wheel failed:\n{proc.stdout}\n{proc.stderr}")
@@ -39,6 +46,16 @@ def test_wheel_contains_every_card(wheel: Path) -> None:
         names = set(zf.namelist())
     missing = [c for c in cards if f"autopsy/_rules/{c}" not in names]
     assert not missing, f"cards missing from the wheel: {missing}"
+
+
+def test_wheel_contains_every_module(wheel: Path) -> None:
+    modules = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "autopsy").rglob("*.py"))
+    data = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "autopsy").rglob("*")
+                  if p.suffix in (".json", ".j2", ".css", ".js"))
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+    missing = [m for m in modules + data if m not in names]
+    assert not missing, f"files missing from the wheel: {missing}"
 
 
 def test_installed_wheel_runs_outside_checkout(wheel: Path, tmp_path: Path) -> None:

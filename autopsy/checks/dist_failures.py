@@ -147,7 +147,7 @@ def comm(ctx: CheckContext) -> Iterable[Finding]:
                                  or hit.key.rsplit("/", 1)[-1]))
 
     return line_rule(ctx, names=("nccl_error_in", "nccl_error", "nccl_code", "ib_completion", "peer_closed",
-                                 "rendezvous_connect"),
+                                 "rendezvous_connect", "rendezvous_error"),
                      message=message, facts=facts, key=key, skip=skip)
 
 

@@ -323,7 +323,9 @@ class ChildFailureTracker:
             self.last_field = fm.group(2)
             self.row[self.last_field] = fm.group(3)
             return
-        if self.last_field is not None and len(text) - len(text.lstrip()) > self.field_indent:
+        indent = len(text) - len(text.lstrip())
+        if self.last_field is not None and (
+                indent > self.field_indent or (self.last_field == "traceback" and indent > 0)):
             # the child's traceback, printed under "traceback :" one line at a time
             val = self.row.get(self.last_field, "")
             if len(val) < MAX_MESSAGE_CHARS:
