@@ -214,6 +214,13 @@ def _walk(root: Path, limits: WalkLimits, problems: list[str]) -> Iterator[Artif
                         "symlink that points outside the run directory (not followed)",
                     )
                     continue
+                if not stat.S_ISDIR(st.st_mode):
+                    # A link to a file of the run (``latest.log -> train_0412.log``): the target
+                    # is read under its own name; reading both would count every line twice.
+                    target_rel = os.path.relpath(target, root_real).replace(os.sep, "/")
+                    yield Artifact(rel, ArtifactKind.OTHER, st.st_size, st.st_mtime, ParseStatus.SKIPPED,
+                                   f"symlink to {target_rel} (read under that name)")
+                    continue
             if stat.S_ISDIR(st.st_mode):
                 if entry.name in _SKIP_DIRS:
                     continue

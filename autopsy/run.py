@@ -219,6 +219,11 @@ class Run:
 
         cps = find_checkpoints(self.root, self.discovery.artifacts, now=self.now,
                                in_progress_seconds=self.options.in_progress_seconds)
+        # A damaged weights/optimizer file shows in the artifact list too, not only on its checkpoint.
+        for cp in cps:
+            for fc in cp.files:
+                if not fc.ok and fc.path not in self._damage:
+                    self.record_damage(fc.path, _file_check_status(fc.problem), fc.problem)
         return sorted(cps, key=lambda c: (c.step if c.step is not None else -1, c.path))
 
     @property
@@ -441,6 +446,14 @@ class Run:
             for k, v in rows
         )
         return f"<table class='autopsy-run'>{body}</table>"
+
+
+def _file_check_status(problem: str | None) -> ParseStatus:
+    """Artifact status for a failed checkpoint-file check: cut short (the usual case) or unreadable."""
+    text = (problem or "").lower()
+    if text.startswith(("unreadable", "cannot open", "read error")) or "not valid json" in text:
+        return ParseStatus.UNREADABLE
+    return ParseStatus.TRUNCATED
 
 
 def _empty_scalars() -> pd.DataFrame:

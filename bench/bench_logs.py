@@ -56,11 +56,13 @@ def _child(path: str, accel: bool) -> None:
     specs = [PatternSpec(k, r, tuple(lits)) for k, r, lits in PATTERNS]
     compiled = compile_patterns(specs, use_accelerator=accel)
     t0 = time.perf_counter()
+    c0 = time.process_time()
     scan = scan_log(Path(path), "train.log", compiled, max_bytes=1 << 40, rank=None)
     dt = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     n_dict = len({p.lineno for p in scan.series if p.tag == "loss"})
-    print(json.dumps({"seconds": dt, "peak_rss": rss, "bytes": scan.bytes_read, "lines": scan.n_lines,
+    print(json.dumps({"seconds": dt, "cpu": cpu, "peak_rss": rss, "bytes": scan.bytes_read, "lines": scan.n_lines,
                       "series": len(scan.series), "dict_lines": n_dict, "tracebacks": len(scan.tracebacks),
                       "hits": {k: v.count for k, v in scan.hits.items()}, "last_step": scan.last_step,
                       "engine": compiled.finder.engine}))
@@ -84,7 +86,8 @@ def main() -> None:
         out = subprocess.run([sys.executable, __file__, "--child", str(path), str(int(accel))],
                              capture_output=True, text=True, check=True)
         r = json.loads(out.stdout)
-        print(f"scan_log engine={r['engine']:14s} {r['seconds']:.2f} s  {size / 1e6 / r['seconds']:.0f} MB/s  "
+        print(f"scan_log engine={r['engine']:14s} {r['seconds']:.2f} s wall ({r['cpu']:.2f} s CPU, "
+              f"{size / 1e6 / r['cpu']:.0f} MB/s of CPU)  {size / 1e6 / r['seconds']:.0f} MB/s  "
               f"peak RSS {r['peak_rss'] / 2**20:.0f} MiB  lines {r['lines']:,}  series {r['series']:,}  "
               f"dict lines {r['dict_lines']:,} ({r['dict_lines'] / r['seconds']:,.0f}/s of total scan time)  "
               f"tracebacks {r['tracebacks']}  last_step {r['last_step']}")

@@ -31,7 +31,7 @@ NOW = 1_720_000_000.0
 GB = 10**9
 
 
-def card(rule_id: str):  # noqa: ANN201 - the Card type is internal to the engine
+def card(rule_id: str):
     family, name = rule_id.split(".")
     return finish_card(load_card_file(RULES / family / f"{name}.yaml"))
 
@@ -53,7 +53,8 @@ def fake_run(tmp_path: Path, *, tb: dict[str, Sequence[Sequence[float]]] | None 
     arts = list(artifacts)
     if frames:
         arts.append(Artifact("runs/events.out.tfevents.1.host", ArtifactKind.TFEVENTS, 1000, now - 10_000))
-    run.__dict__["tfevents"] = [("runs/events.out.tfevents.1.host", pd.concat(frames, ignore_index=True))] if frames else []
+    ev_path = "runs/events.out.tfevents.1.host"
+    run.__dict__["tfevents"] = [(ev_path, pd.concat(frames, ignore_index=True))] if frames else []
     run.__dict__["logs"] = list(logs)
     run.__dict__["trainer_states"] = []
     entries = []
@@ -246,7 +247,8 @@ def test_lr_floor_scheduler_default_zero(tmp_path: Path) -> None:
 def test_lr_floor_intended_min_is_quiet(tmp_path: Path) -> None:
     steps = [10 * (i + 1) for i in range(100)]
     run = fake_run(tmp_path, tb={"lr": rows(steps, _cosine(100, 1e-3, 0.1))},
-                   config={"learning_rate": 1e-3, "min_lr": 1e-4, "lr_scheduler_type": "cosine"}, trainer_max_steps=1000)
+                   config={"learning_rate": 1e-3, "min_lr": 1e-4, "lr_scheduler_type": "cosine"},
+                   trainer_max_steps=1000)
     assert check("lr.floor", run) == []
 
 
@@ -473,7 +475,8 @@ def test_divergence(tmp_path: Path) -> None:
     logs = []
     for r in range(4):
         drift = [0.0 if r != 2 else 0.02 * max(0, i - 40) for i in range(100)]
-        logs.append(_rank_scan(r, "loss", [b + d + 0.03 * rng.standard_normal() for b, d in zip(base, drift, strict=True)]))
+        vals = [b + d + 0.03 * rng.standard_normal() for b, d in zip(base, drift, strict=True)]
+        logs.append(_rank_scan(r, "loss", vals))
     [f] = check("dist.divergence", fake_run(tmp_path, logs=logs))
     assert f.facts["divergent_rank"] == 2
 

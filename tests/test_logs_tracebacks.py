@@ -116,7 +116,7 @@ Traceback (most recent call last):
     sys.exit(main())
   File "/root/miniconda3/lib/python3.12/site-packages/torch/distributed/launcher/api.py", line 269, in launch_agent
     raise ChildFailedError(
-torch.distributed.elastic.multiprocessing.errors.ChildFailedError: 
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
 ============================================================
 train.py FAILED
 ------------------------------------------------------------
@@ -140,7 +140,7 @@ Root Cause (first observed failure):
     File "/root/train.py", line 10, in main
       raise ValueError("bad batch")
   ValueError: bad batch
-  
+
 ============================================================
 """
 
@@ -179,7 +179,8 @@ def test_child_failed_error_new_format():
     assert root.error_file.endswith("error.json")
     assert "ValueError: bad batch" in root.traceback
     # the launcher's own traceback is still a traceback; the child's is not double counted
-    assert [tb.exc_type for tb in scan.tracebacks] == ["torch.distributed.elastic.multiprocessing.errors.ChildFailedError"]
+    assert [tb.exc_type for tb in scan.tracebacks] == [
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"]
 
 
 def test_child_failed_error_old_format():

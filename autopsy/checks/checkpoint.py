@@ -39,6 +39,22 @@ def _complete(cps: Sequence[Checkpoint]) -> list[Checkpoint]:
     return [c for c in cps if not c.in_progress]
 
 
+def _rotating(cps: Sequence[Checkpoint]) -> list[Checkpoint]:
+    """The checkpoints a keep-last-N rotation manages: the dominant layout, without final loose weights.
+
+    HF writes the final model to output_dir/model.safetensors beside its checkpoint-N/
+    directories; that export is not rotated and must not count against save_total_limit.
+    """
+    managed = [c for c in cps if c.layout != "loose"]
+    if not managed:
+        return list(cps)
+    layouts: dict[str, int] = {}
+    for c in managed:
+        layouts[c.layout] = layouts.get(c.layout, 0) + 1
+    top = max(layouts, key=lambda k: layouts[k])
+    return [c for c in managed if c.layout == top]
+
+
 def _enospc_evidence(run: Run) -> list[Evidence]:
     """Where the run reported ENOSPC: traceback messages first, then log tail lines."""
     out: list[Evidence] = []
@@ -68,10 +84,12 @@ def save_cadence(run: Run, cps: Sequence[Checkpoint]) -> tuple[float | None, str
 def retention(ctx: CheckContext) -> Iterable[Finding]:
     """More checkpoints than the configured limit, or checkpoints on course to fill the disk."""
     run = ctx.run
-    cps = _complete(run.checkpoint_list)
+    cps = _rotating(_complete(run.checkpoint_list))
     if not cps:
         raise NotEvaluated("no checkpoints found")
-    count = len(cps)
+    # A save killed half-way leaves limit+1 directories (rotation runs after a save): only
+    # valid checkpoints count against the limit.
+    count = sum(1 for c in cps if c.valid)
     sizes = np.array([c.bytes for c in cps if c.bytes > 0], dtype="float64")
     per_ckpt = float(np.median(sizes)) if sizes.size else 0.0
     total = float(sum(c.bytes for c in cps))
@@ -86,7 +104,8 @@ def retention(ctx: CheckContext) -> Iterable[Finding]:
             limit = None  # -1 / 0 / None: keep everything (Lightning save_top_k=-1, HF None)
     cadence, cadence_src = save_cadence(run, cps)
     facts: dict[str, object] = {
-        "count": count, "limit": limit, "limit_source": cite(limit_entry) if limit is not None else None,
+        "count": count, "count_incomplete": len(cps) - count, "limit": limit,
+        "limit_source": cite(limit_entry) if limit is not None else None,
         "bytes_per_checkpoint": int(per_ckpt), "checkpoint_bytes": int(total),
         "save_every_steps": rounded(cadence) if cadence else None, "save_every_source": cadence_src,
         "last_step": run.last_step, "max_steps": run.max_steps,
@@ -98,10 +117,11 @@ def retention(ctx: CheckContext) -> Iterable[Finding]:
     # HF keeps the best checkpoint on top of save_total_limit when load_best_model_at_end is set.
     allowance = 1 if run.trainer_state is not None and run.trainer_state.best_model_checkpoint else 0
     over = limit is not None and count > limit + allowance
-    if over:
+    if over and limit is not None:
         reasons.append(f"{count} checkpoints on disk but {cite(limit_entry)} sets a limit of {limit}: "
                        "old checkpoints are not being deleted")
-        ev.extend(Evidence(path=c.path, detail=f"step {c.step}, {_gb(c.bytes)}") for c in cps[:count - limit][:5])
+        oldest = [c for c in cps if c.valid][: count - limit]
+        ev.extend(Evidence(path=c.path, detail=f"step {c.step}, {_gb(c.bytes)}") for c in oldest[:5])
     disk = run.disk
     enospc = _enospc_evidence(run)
     facts["disk_full_seen"] = bool(enospc)
@@ -213,7 +233,8 @@ def gap(ctx: CheckContext) -> Iterable[Finding]:
     cadence, cadence_src = save_cadence(run, cps)
     seconds = _seconds_between(run, ck_step, last) if latest is not None else _seconds_between(run, None, last)
     facts: dict[str, object] = {
-        "last_step": last, "checkpoint": latest.path if latest else None, "checkpoint_step": ck_step if latest else None,
+        "last_step": last, "checkpoint": latest.path if latest else None,
+        "checkpoint_step": ck_step if latest else None,
         "steps_lost": steps_lost, "seconds_lost": round(seconds, 1) if seconds is not None else None,
         "save_every_steps": rounded(cadence) if cadence else None, "save_every_source": cadence_src,
         "ended_by": signals[0].text if signals else "stopped before max_steps",

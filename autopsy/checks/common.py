@@ -226,7 +226,7 @@ def config_where(entry: ConfigEntry) -> str:
 
 def tb_chain(tb: Traceback) -> list[Traceback]:
     """This traceback and every one it was raised from or during (outermost cause last)."""
-    out = []
+    out: list[Traceback] = []
     cur: Traceback | None = tb
     while cur is not None and len(out) < 32:
         out.append(cur)

@@ -164,7 +164,7 @@ def exception(ctx: CheckContext) -> Iterable[Finding]:
             facts["ranks"] = ranks
         if lead.step is not None:
             facts["step"] = lead.step
-        evidence = []
+        evidence: list[Evidence] = []
         seen: set[tuple[str, int | None]] = set()
         for t in [lead, *tbs]:
             if (t.path, t.rank) in seen or len(evidence) >= 5:

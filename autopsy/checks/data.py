@@ -53,7 +53,8 @@ def _data_share(ctx: CheckContext, data: Series, step: Series, skip: int) -> Fin
     share = float(np.median(d[ok] / t[ok]))
     if share < float(ctx.param("data_share")):
         return None
-    facts = {"signal": "data_time", "data_share": rounded(share, 3), "median_data_time": rounded(float(np.median(d)), 4),
+    facts = {"signal": "data_time", "data_share": rounded(share, 3),
+             "median_data_time": rounded(float(np.median(d)), 4),
              "median_step_time": rounded(float(np.median(t)), 4), "steps_compared": int(steps.size),
              "data_tag": data.tag, "step_tag": step.tag}
     ev = [data.evidence(step=int(steps[0]), step_end=int(steps[-1]), excerpt=f"median {np.median(d):.4g} s"),

@@ -51,12 +51,15 @@ def _what_from_frames(tb: Traceback | None) -> tuple[str | None, str | None]:
     """(what was being saved, the frame that saved it) from a traceback's frames."""
     if tb is None:
         return None, None
-    for frame in reversed(tb.frames):
-        fn = frame.function or ""
-        for name, what in _SAVERS:
-            if fn == name:
-                return what, frame_text(frame)
-    return None, None
+    matched = [(frame, what) for frame in reversed(tb.frames) for name, what in _SAVERS
+               if (frame.function or "") == name]
+    if not matched:
+        return None, None
+    # The innermost saver is the write that failed; a trainer-level saver above it says what it was part of.
+    writer = matched[0][0]
+    outer = next((what for _, what in matched if what.startswith(("checkpoint (T", "checkpoint (save_c",
+                                                                  "training state", "model"))), None)
+    return outer or matched[0][1], frame_text(writer)
 
 
 def _last_save_announcement(ctx: CheckContext, hit: Hit) -> Hit | None:

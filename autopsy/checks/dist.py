@@ -39,12 +39,13 @@ def straggler(ctx: CheckContext) -> Iterable[Finding]:
     run = ctx.run
     min_points = int(ctx.param("min_points"))
     skip = int(ctx.param("skip_first_points"))
-    for metric, slower_is_higher in (("step_time", True), ("throughput", False)):
+    for metric in ("step_time", "throughput"):
         series = per_rank_series(run, metric, min_points=min_points)
         if len(series) >= 2:
             break
     else:
         raise NotEvaluated("no per-rank step_time or throughput series (needs at least 2 ranks)")
+    slower_is_higher = metric == "step_time"  # s/step: higher is slower; throughput: lower is slower
     steps, vals = _common(series, skip)
     if steps.size < min_points:
         raise NotEvaluated(f"ranks share only {steps.size} logged steps (need {min_points})")

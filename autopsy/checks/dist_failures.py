@@ -75,7 +75,7 @@ def timeout(ctx: CheckContext) -> Iterable[Finding]:
     if watch:
         ops = Counter(group(h, "op") for h in watch)
         facts["op"] = ops.most_common(1)[0][0]
-        seqs = sorted({group_int(h, "seq") for h in watch if group_int(h, "seq") is not None})
+        seqs = sorted({s for h in watch if (s := group_int(h, "seq")) is not None})
         facts["seq"] = seqs[0] if len(seqs) == 1 else seqs
         tms = group_int(watch[0], "timeout_ms")
         if tms is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -67,7 +67,7 @@ def nonfinite(ctx: CheckContext) -> Iterable[Finding]:
         if s.metric == "grad_norm" and loss_ok and recovered:
             continue
         lo = max(0, first - n_before)
-        before = [[int(st), fmt_value(float(v))] for st, v in zip(s.steps[lo:first], s.values[lo:first])]
+        before = [[int(st), fmt_value(float(v))] for st, v in zip(s.steps[lo:first], s.values[lo:first], strict=False)]
         step = int(s.steps[first])
         value = fmt_value(float(s.values[first]))
         facts: dict[str, object] = {
@@ -118,7 +118,7 @@ def spike(ctx: CheckContext) -> Iterable[Finding]:
     min_points = int(ctx.param("min_points"))
     if (gnorm is None or len(gnorm.finite()) < min_points) and (loss is None or len(loss.finite()) < min_points):
         raise NotEvaluated(f"no grad_norm or loss series with at least {min_points} finite points")
-    events: list[dict[str, object]] = []
+    events: list[dict[str, Any]] = []
     used: Series | None = None
     if gnorm is not None and len(gnorm.finite()) >= min_points:
         used = gnorm.finite()
@@ -135,7 +135,7 @@ def spike(ctx: CheckContext) -> Iterable[Finding]:
     unrecovered = [e for e in events if e.get("recovered") is False]
     if not unrecovered and len(events) < int(ctx.param("repeated_spikes_min")):
         return []  # an isolated spike that training shrugged off is not a finding
-    worst = max(events, key=lambda e: float(e["ratio"]))  # type: ignore[arg-type]
+    worst = max(events, key=lambda e: float(e["ratio"]))
     facts: dict[str, object] = {
         "metric": used.metric, "tag": used.tag, "path": used.path, "n_spikes": len(events),
         "n_unrecovered": len(unrecovered), "step": worst["step"], "value": worst["value"],
@@ -151,19 +151,20 @@ def spike(ctx: CheckContext) -> Iterable[Finding]:
     if first_bad is not None:
         msg = (f"{used.metric} spiked to {worst['value']} at step {worst['step']} "
                f"({worst['ratio']}x its running median {worst['baseline']}) and the loss did not come back "
-               f"(from {first_bad.get('loss_before')} to {first_bad.get('loss_after')} after step {first_bad['step']}).")
+               f"(from {first_bad.get('loss_before')} to {first_bad.get('loss_after')} "
+               f"after step {first_bad['step']}).")
         severity = Severity.WARNING
     else:
         msg = (f"{len(events)} {used.metric} spikes (worst {worst['ratio']}x its running median at step "
                f"{worst['step']}); training recovered each time, but repeated spikes precede divergence.")
         severity = Severity.WARNING
-    evidence = [used.evidence(step=int(e["step"]), excerpt=f"{used.tag}={e['value']} vs median {e['baseline']}")  # type: ignore[call-overload]
+    evidence = [used.evidence(step=int(e["step"]), excerpt=f"{used.tag}={e['value']} vs median {e['baseline']}")
                 for e in events[:5]]
     return [ctx.finding(msg, key=f"loss.spike:{used.metric}", facts=facts, evidence=evidence, severity=severity,
-                        step=int(worst["step"]))]  # type: ignore[call-overload]
+                        step=int(worst["step"]))]
 
 
-def _events(s: Series, ratio: float, ctx: CheckContext, robust_z: float | None) -> list[dict[str, object]]:
+def _events(s: Series, ratio: float, ctx: CheckContext, robust_z: float | None) -> list[dict[str, Any]]:
     window = points_for_steps(s.steps, float(ctx.param("window_steps")), int(ctx.param("min_window_points")))
     min_base = int(ctx.param("min_window_points"))
     base = rolling_median_before(s.values, window, min_base)
@@ -180,7 +181,7 @@ def _events(s: Series, ratio: float, ctx: CheckContext, robust_z: float | None) 
         with np.errstate(invalid="ignore"):
             hot &= (s.values - base) >= robust_z * np.maximum(spread, 1e-12)
     hot &= np.isfinite(base)
-    events: list[dict[str, object]] = []
+    events: list[dict[str, Any]] = []
     i = 0
     n = len(s)
     while i < n:
@@ -193,18 +194,16 @@ def _events(s: Series, ratio: float, ctx: CheckContext, robust_z: float | None) 
         peak = i + int(np.argmax(s.values[i:j + 1]))
         events.append({"step": int(s.steps[peak]), "step_end": int(s.steps[j]),
                        "value": rounded(float(s.values[peak]), 4), "baseline": rounded(float(base[i]), 4),
-                       "ratio": rounded(float(s.values[peak] / base[i]), 3), "_i": i, "_j": j})
+                       "ratio": rounded(float(s.values[peak] / base[i]), 3)})
         i = j + 1
     return events
 
 
-def _annotate_loss(ev: dict[str, object], loss: Series | None, ctx: CheckContext) -> None:
+def _annotate_loss(ev: dict[str, Any], loss: Series | None, ctx: CheckContext) -> None:
     """Loss just before the spike, the worst loss after it, and whether it came back."""
-    i, j = int(ev.pop("_i")), int(ev.pop("_j"))  # type: ignore[call-overload]
     if loss is None or len(loss) < 4:
         return
-    step, step_end = int(ev["step"]), int(ev["step_end"])  # type: ignore[call-overload]
-    del i, j
+    step, step_end = int(ev["step"]), int(ev["step_end"])
     window = float(ctx.param("recovery_window_steps"))
     before = loss.values[(loss.steps < step) & (loss.steps >= step - window)]
     after = loss.values[(loss.steps > step_end) & (loss.steps <= step_end + window)]

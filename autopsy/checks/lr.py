@@ -89,7 +89,7 @@ def floor(ctx: CheckContext) -> Iterable[Finding]:
     if end is None and run.max_steps:
         end, end_entry = float(run.max_steps), None
     last = int(s.steps[-1])
-    tail_n = max(3, int(round(len(s) * float(ctx.param("flat_tail_fraction")))))
+    tail_n = max(3, round(len(s) * float(ctx.param("flat_tail_fraction"))))
     tail = s.values[-tail_n:]
     flat_tail = bool(np.ptp(tail) <= float(ctx.param("flat_relative_tolerance")) * max(abs(final), 1e-30))
     reached = end is not None and last >= end * (1 - float(ctx.param("end_tolerance_fraction")))
@@ -102,7 +102,7 @@ def floor(ctx: CheckContext) -> Iterable[Finding]:
     sched, sched_entry = _schedule_type(run)
     min_abs, min_entry = config_float(run, MIN_LR_KEYS)
     min_ratio_cfg, ratio_entry = config_float(run, MIN_LR_RATIO_KEYS)
-    peak_cfg, peak_entry = config_float(run, LR_KEYS)
+    peak_cfg, _peak_entry = config_float(run, LR_KEYS)
     facts: dict[str, object] = {
         "metric": s.metric, "tag": s.tag, "path": s.path, "peak": rounded(peak), "peak_step": int(s.steps[peak_i]),
         "observed_floor": rounded(final), "final_step": last, "ratio": rounded(ratio, 4),
@@ -208,7 +208,8 @@ def mismatch(ctx: CheckContext) -> Iterable[Finding]:
             elif not warm_too_long:
                 why = "; look for a scheduler stepped per sample instead of per step, or an LR scale applied twice"
             direction = "below" if ratio < 1 else "above"
-            reasons.insert(0, f"the logged LR peaks at {observed:.3g} ({s.tag}), {1 / ratio if ratio < 1 else ratio:.3g}x "
+            factor = 1 / ratio if ratio < 1 else ratio
+            reasons.insert(0, f"the logged LR peaks at {observed:.3g} ({s.tag}), {factor:.3g}x "
                               f"{direction} the configured {cfg:.3g} ({cite(cfg_entry)}){why}")
     elif s is None and not warm_too_long:
         raise NotEvaluated("no LR series found to compare with the configured learning_rate")

@@ -315,12 +315,9 @@ def stalled(ctx: CheckContext) -> Iterable[Finding]:
                 ev.append(Evidence(path=art.path, detail=f"mtime {art.mtime:.0f}, last progress {t_prog:.0f}"))
                 facts.setdefault("log_newer_than_progress_seconds", round(art.mtime - t_prog, 1))
                 confidence = max(confidence, Confidence.MEDIUM)
-        # 3. Nothing at all since, and no trace of an exit.
-        since = run.now - t_prog
-        facts["seconds_since_progress"] = round(since, 1)
-        if not reasons and since > threshold:
-            reasons.append(f"no new step for {since / 3600:.1f} h and no error, exit status or "
-                           "termination line recorded")
+        facts["seconds_since_progress"] = round(run.now - t_prog, 1)
+        # Only "no new step since" without a sign of life is not a stall: a run killed without
+        # a trace looks the same, and run.incomplete reports that.
     elif not reasons:
         raise NotEvaluated("no step times found (no TensorBoard wall times, no progress artifacts)")
     if not reasons:
@@ -393,7 +390,8 @@ def incomplete(ctx: CheckContext) -> Iterable[Finding]:
         t_prog, _ = epoch_progress_time(run)
         if t_prog is None or run.now - t_prog < _stall_threshold(ctx, cadence_seconds(run)):
             return []  # may still be running
-        how = "it left no error, exit status or termination line (killed from outside, or the log was cut)"
+        how = ("it left no error, exit status or termination line (killed from outside, the log was cut, "
+               "or the process is still alive and hung)")
         confidence = Confidence.LOW
     if last is None:
         done = "before logging any step"
@@ -405,5 +403,6 @@ def incomplete(ctx: CheckContext) -> Iterable[Finding]:
     resume = f"; resume from {latest.path}" if latest is not None else ""
     if latest is not None:
         facts["latest_valid_checkpoint"] = latest.path
-    return [ctx.finding(f"The run ended {done}: {how}{resume}.", key=f"run.incomplete:{facts.get('termination', 'unknown')}",
+    key = f"run.incomplete:{facts.get('termination', 'unknown')}"
+    return [ctx.finding(f"The run ended {done}: {how}{resume}.", key=key,
                         facts=facts, evidence=ev, confidence=confidence, step=last)]

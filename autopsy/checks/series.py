@@ -183,7 +183,7 @@ def rolling_median_before(values: np.ndarray, window: int, min_periods: int) -> 
 
 def head_tail_medians(values: np.ndarray, fraction: float, min_points: int = 3) -> tuple[float, float]:
     """Median of the first and of the last ``fraction`` of the points."""
-    k = max(min_points, int(round(values.size * fraction)))
+    k = max(min_points, round(values.size * fraction))
     k = min(k, values.size)
     return float(np.median(values[:k])), float(np.median(values[-k:]))
 
@@ -195,7 +195,7 @@ def points_for_steps(steps: np.ndarray, window_steps: float, minimum: int) -> in
     d = np.diff(steps)
     d = d[d > 0]
     cadence = float(np.median(d)) if d.size else 1.0
-    return max(minimum, int(math.ceil(window_steps / max(cadence, 1e-9))))
+    return max(minimum, math.ceil(window_steps / max(cadence, 1e-9)))
 
 
 def median_cadence(steps: Iterable[int]) -> float | None:

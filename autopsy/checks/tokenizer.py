@@ -149,8 +149,7 @@ def mismatch(ctx: CheckContext) -> Iterable[Finding]:
     kind = "labels" if labels else "vocab" if vocab is not None else "index"
     facts["kind"] = kind
     if labels:
-        lead = labels[0]
-        target = group_int(lead, "target")
+        target = group_int(labels[0], "target")
         if target is not None:
             facts["target"] = target
     lead = crash[0] if crash else None

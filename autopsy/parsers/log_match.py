@@ -35,7 +35,7 @@ from autopsy.parsers.types import Hit, HitList, PatternSpec
 try:  # optional accelerator; identical results (tests run both finders)
     import ahocorasick_rs as _ac
 except ImportError:  # pragma: no cover - depends on the environment
-    _ac = None
+    _ac = None  # type: ignore[assignment]
 
 HITS_KEPT = 20  # first and last K hits kept per pattern per file
 REGEX_TIMEOUT_S = 0.25  # a hostile line cannot stall the scan in catastrophic backtracking
@@ -147,12 +147,13 @@ class HitCollector:
         self.count: dict[str, int] = {}
         self.timeouts = 0
 
-    def candidates(self, text: str) -> list[tuple[CompiledPattern, regex.Match[str]]]:
-        """Patterns matching one cleaned segment (each pattern's literal checked first)."""
+    def candidates(self, text: str, prefilter: bool = True) -> list[tuple[CompiledPattern, regex.Match[str]]]:
+        """Patterns matching one cleaned segment (each pattern's literal checked first,
+        unless ``prefilter`` is off: the reference path runs every regex)."""
         out = []
         lowered: str | None = None
         for p in self.compiled.patterns:
-            if p.literals:
+            if p.literals and prefilter:
                 if p.ignore_case:
                     if lowered is None:
                         lowered = text.lower()
@@ -216,7 +217,7 @@ def reference_hits(fs_path: Path, rel_path: str, compiled: CompiledPatterns) -> 
         for seg in line.split(b"\r"):
             if seg:
                 text, rank = clean(seg[:MAX_SEGMENT_BYTES], label_mode)
-                for p, m in coll.candidates(text):
+                for p, m in coll.candidates(text, prefilter=False):
                     coll.add(make_hit(p.key, rel_path, lineno, seg_off, text, m, rank, None, None))
             seg_off += len(seg) + 1
         offset += len(line) + 1

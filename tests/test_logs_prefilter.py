@@ -1,0 +1,100 @@
+"""The literal-prefilter path finds exactly the hits of a plain per-line regex scan."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from autopsy.parsers import log_match
+from autopsy.parsers.log_match import LiteralFinder, reference_hits
+from autopsy.parsers.logs import compile_patterns, scan_log
+from autopsy.parsers.types import PatternSpec
+
+SPECS = [
+    PatternSpec("oom/cuda", r"CUDA out of memory\. Tried to allocate (?P<req>[\d.]+) (?P<unit>[KMG]iB)",
+                ("CUDA out of memory",)),
+    PatternSpec("oom/short", r"out of memory", ("out of memory",)),  # overlaps the literal above
+    PatternSpec("nan/dict", r"'loss': nan", ("'loss': nan",)),  # overlaps the "{'" trigger
+    PatternSpec("nccl/x", r"^NCCL error in: (?P<where>\S+)$", ("NCCL error",)),  # anchored: after prefix strip
+    PatternSpec("disk/x", r"no space left on device", ("no space left",), ignore_case=True),
+    PatternSpec("killed/x", r"^Killed$", ("Killed",)),
+    PatternSpec("two/x", r"Error while saving|PytorchStreamWriter failed", ("Error while saving", "PytorchStream")),
+]
+
+PIECES = [
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "CUDA out of memory", "{'loss': nan, 'epoch': 1.0}", "{'loss': 2.0, 'epoch': 1.0}",
+    "[rank3]:NCCL error in: ProcessGroupNCCL.cpp:1970", "NCCL error in: x.cpp y",
+    "OSError: [Errno 28] No Space Left On Device",
+    "Killed", " Killed", "\x1b[31mCUDA out of \x1b[0mmemory", "RuntimeError: Error while saving ckpt",
+    "PytorchStreamWriter failed writing file data/2", " 10%|#   | 10/100 [00:01<00:09, 9.9it/s]", "plain noise",
+    "step 5 | loss 2.0", "Traceback (most recent call last):", '  File "x.py", line 1, in f', "ValueError: x",
+    "\x00\xff junk",
+]
+
+
+def _random_log(seed: int, n: int) -> bytes:
+    rng = random.Random(seed)
+    parts = []
+    for _ in range(n):
+        parts.append(rng.choice(PIECES).encode("utf-8", "surrogateescape") if rng.random() < 0.97
+                     else bytes([rng.getrandbits(8)]))
+        parts.append(rng.choice([b"\n", b"\n", b"\r", b"\r\n", b" "]))
+    return b"".join(parts)
+
+
+def _key(hits):
+    return {k: (v.count, [(h.lineno, h.offset, h.text, h.groups, h.rank) for h in v.all_kept()])
+            for k, v in hits.items()}
+
+
+@pytest.mark.parametrize("accel", [True, False])
+@pytest.mark.parametrize("seed", range(4))
+def test_prefilter_equals_reference(tmp_path, seed, accel):
+    if accel and log_match._ac is None:
+        pytest.skip("ahocorasick_rs not installed")
+    p = tmp_path / "t.log"
+    p.write_bytes(_random_log(seed, 3000))
+    compiled = compile_patterns(SPECS, use_accelerator=accel)
+    fast = scan_log(p, "t.log", compiled, max_bytes=1 << 40, rank=None)
+    slow = reference_hits(p, "t.log", compiled)
+    assert _key(fast.hits) == _key(slow)
+    assert sum(v.count for v in slow.values()) > 100
+
+
+def test_prefilter_across_block_boundaries(tmp_path, monkeypatch):
+    from autopsy.parsers import logs
+
+    monkeypatch.setattr(logs, "BLOCK", 4096)  # many blocks, lines cut everywhere
+    p = tmp_path / "t.log"
+    p.write_bytes(_random_log(7, 4000))
+    compiled = compile_patterns(SPECS)
+    assert _key(scan_log(p, "t.log", compiled, max_bytes=1 << 40, rank=None).hits) == _key(
+        reference_hits(p, "t.log", compiled))
+
+
+def test_pattern_without_literals_scans_every_segment(tmp_path):
+    p = tmp_path / "t.log"
+    p.write_bytes(_random_log(3, 500))
+    compiled = compile_patterns([PatternSpec("any/x", r"^Kil+ed$")])
+    assert compiled.every_segment
+    assert _key(scan_log(p, "t.log", compiled, max_bytes=1 << 40, rank=None).hits) == _key(
+        reference_hits(p, "t.log", compiled))
+
+
+def test_literal_finders_agree():
+    data = _random_log(11, 2000)
+    lits = [b"CUDA out of memory", b"out of memory", b"Killed", b"{'", b"loss"]
+    fast = LiteralFinder(lits, use_accelerator=True)
+    plain = LiteralFinder(lits, use_accelerator=False)
+    assert fast.positions(data) == plain.positions(data)
+
+
+def test_hits_keep_first_and_last_twenty(tmp_path):
+    p = tmp_path / "t.log"
+    p.write_bytes(b"".join(b"Killed %d\nKilled\n" % i for i in range(100)))
+    scan = scan_log(p, "t.log", compile_patterns(SPECS), max_bytes=1 << 40, rank=None)
+    hl = scan.hits["killed/x"]
+    assert hl.count == 100 and len(hl.first) == 20 and len(hl.last) == 20
+    assert hl.first[0].lineno == 2 and hl.last[-1].lineno == 200
