@@ -216,17 +216,18 @@ def log_empty(ctx: CheckContext) -> Iterable[Finding]:
     newest_content = max(content_mtimes) if content_mtimes else None
     buffered, launch_ev, launch_facts = _buffering_hint(run)
     prog_mtime, prog_path = progress_artifact_mtime(run)
+    # A quiet stderr beside a stdout full of steps is normal: only a log newer than every log
+    # with content (a later attempt) or a run with no content anywhere is a finding, and of
+    # several such logs (earlier attempts) the newest is the one the run writes to now.
+    cands = [(scan, n_banner) for scan, empty, n_banner in judged if empty and not (
+        newest_content is not None and mtimes.get(scan.path, 0.0) <= newest_content + margin)]
+    cands.sort(key=lambda c: (mtimes.get(c[0].path, 0.0), c[0].path), reverse=True)
     out: list[Finding] = []
-    for scan, empty, n_banner in judged:
-        if not empty:
-            continue
+    for scan, n_banner in cands[:1]:
         log_mtime = mtimes.get(scan.path)
-        # A quiet stderr beside a stdout full of steps is normal: only a log newer than every
-        # log with content (a later attempt) or a run with no content anywhere is a finding.
-        if newest_content is not None and (log_mtime is None or log_mtime <= newest_content + margin):
-            continue
         facts: dict[str, object] = {"path": scan.path, "size_bytes": scan.size, "n_lines": scan.n_lines,
-                                    "banner_lines": n_banner, "last_step": run.last_step}
+                                    "banner_lines": n_banner, "last_step": run.last_step,
+                                    "other_contentless_logs": [c[0].path for c in cands[1:]][:20]}
         if log_mtime is not None:
             facts["log_mtime"] = log_mtime
         newer = older = False
@@ -309,8 +310,9 @@ def stalled(ctx: CheckContext) -> Iterable[Finding]:
     if t_prog is not None:
         facts["last_progress_time"] = t_prog
         facts["last_progress_source"] = t_source
-        for art in run.discovery.artifacts:
-            if art.kind is ArtifactKind.LOG and art.mtime - t_prog > threshold:
+        logs = [a for a in run.discovery.artifacts if a.kind is ArtifactKind.LOG]
+        for art in sorted(logs, key=lambda a: a.mtime, reverse=True)[:1]:  # the newest log: the latest attempt
+            if art.mtime - t_prog > threshold:
                 reasons.append(f"{art.path} was modified {(art.mtime - t_prog) / 3600:.1f} h after the last step")
                 ev.append(Evidence(path=art.path, detail=f"mtime {art.mtime:.0f}, last progress {t_prog:.0f}"))
                 facts.setdefault("log_newer_than_progress_seconds", round(art.mtime - t_prog, 1))
