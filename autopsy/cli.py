@@ -313,7 +313,8 @@ def _guarded(fn: Any) -> Any:
 @_github_option
 @_append_option
 @click.option("--max-bytes-per-file", "max_bytes", callback=_size_option, default=None, metavar="SIZE",
-              help="Read at most SIZE of each log (e.g. 512M, 2G); the rest is reported as not read.")
+              help="Read at most SIZE of each log or event file (e.g. 512M, 2G; default 8G); the rest is "
+                   "reported as not read.")
 @_no_color_option
 @_guarded
 def analyze(run_dirs: tuple[str, ...], fmt: str, output: str | None, select: tuple[str, ...],

@@ -29,11 +29,14 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"^(eval|val|validation)_?bpb$", EVAL_LOSS),
         (r"^(train[_/ ]?)?(loss|train_loss|total_loss|lm_loss|ce_loss|nll|loss_step|loss_epoch)$", LOSS),
         (r"^(train[_/ ]?)?smooth(ed)?[_ ]?loss$", LOSS),
+        # Before LR: "lr_mult" / "lr_scale" would otherwise match LR's "lr_\w+" (per-group LRs).
+        (r"^(train[_/ ]?)?lr[_ ]?(m|mult|multiplier|scale|factor)$", LR_MULTIPLIER),
         (r"^(train[_/ ]?)?(learning_rate|lr|lr-\w+|lr_\w+|learning rate)$", LR),
-        (r"^lr[_ ]?(m|mult|multiplier|scale)$", LR_MULTIPLIER),
         (r"^(train[_/ ]?)?(grad_norm|gradient_norm|grad-norm|gnorm|total_norm|grad norm)$", GRAD_NORM),
-        (r"^(train[_/ ]?)?(samples_per_second|train_samples_per_second|tokens_per_second|tok/s|tokens/s|it/s|samples/s|tok_per_sec|throughput)$", THROUGHPUT),
-        (r"^(train[_/ ]?)?(step_time|s/it|time_per_step|iter_time|dt|batch_time|elapsed_per_step)$", STEP_TIME),
+        (r"^(train[_/ ]?)?(samples_per_second|train_samples_per_second|tokens_per_second|tok/s|tokens/s|it/s"
+         r"|samples/s|tok_per_sec|throughput)$", THROUGHPUT),
+        # "time": mmengine/MMDetection's per-iteration seconds ("time: 1.0199  data_time: 0.8144").
+        (r"^(train[_/ ]?)?(step_time|s/it|time_per_step|iter_time|dt|batch_time|elapsed_per_step|time)$", STEP_TIME),
         (r"^(train[_/ ]?)?(data_time|data_wait|dataloader_time|data)$", DATA_TIME),
         (r"^(loss_scale|scale|grad_scale)$", LOSS_SCALE),
         (r"^epoch$", EPOCH),

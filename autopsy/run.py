@@ -288,26 +288,16 @@ class Run:
                 frames.append(f)
         ts = self.trainer_state
         if ts is not None:
-            rows = []
-            for entry in ts.log_history:
-                step = entry.get("step")
-                for tag, value in entry.items():
-                    if tag == "step":
-                        continue
-                    if isinstance(value, bool) or not isinstance(value, (int, float)):
-                        continue
-                    rows.append((tag, step, math.nan, float(value)))
-            if rows:
-                f = pd.DataFrame(rows, columns=["tag", "step", "wall_time", "value"])
+            from autopsy.parsers.trainer_state import history_columns
+
+            # columnar: a tuple per value costs ~3x json.load on a 200k-entry history
+            tags, steps, values = history_columns(ts.log_history)
+            if len(values):
+                f = pd.DataFrame({"tag": tags, "step": steps, "wall_time": math.nan, "value": values})
                 frames.append(f.assign(source="trainer_state", path=ts.path, rank=pd.NA))
         for scan in self.logs:
             if scan.series:
-                f = pd.DataFrame(
-                    [(p.tag, p.step, p.wall_time if p.wall_time is not None else math.nan, p.value,
-                      p.rank if p.rank is not None else scan.rank) for p in scan.series],
-                    columns=["tag", "step", "wall_time", "value", "rank"],
-                )
-                frames.append(f.assign(source="log", path=scan.path))
+                frames.append(_log_series_frame(scan).assign(source="log", path=scan.path))
         if not frames:
             return _empty_scalars()
         df = pd.concat(frames, ignore_index=True)
@@ -454,6 +444,41 @@ def _file_check_status(problem: str | None) -> ParseStatus:
     if text.startswith(("unreadable", "cannot open", "read error")) or "not valid json" in text:
         return ParseStatus.UNREADABLE
     return ParseStatus.TRUNCATED
+
+
+def _log_series_frame(scan: Any) -> pd.DataFrame:
+    """tag, step, wall_time, value, rank of one log's series, straight from its columns
+    when the scanner kept them in arrays (a SeriesPoint per value costs ~1 us)."""
+    import numpy as np
+    import pandas as pd
+
+    series = scan.series
+    cols = getattr(series, "tag", None)
+    if cols is None or not hasattr(series, "tag_names"):
+        return pd.DataFrame(
+            [(p.tag, p.step, p.wall_time if p.wall_time is not None else math.nan, p.value,
+              p.rank if p.rank is not None else scan.rank) for p in series],
+            columns=["tag", "step", "wall_time", "value", "rank"],
+        )
+    from autopsy.parsers.log_series import _NO_STEP
+
+    names = np.empty(len(series.tag_names), dtype=object)
+    names[:] = series.tag_names
+    step = pd.array(np.frombuffer(series.step, dtype=np.int64), dtype="Int64")
+    step[np.frombuffer(series.step, dtype=np.int64) == _NO_STEP] = pd.NA
+    rank_raw = np.frombuffer(series.rank, dtype=np.int64)
+    rank = pd.array(rank_raw, dtype="Int64")
+    if scan.rank is not None:
+        rank[rank_raw < 0] = scan.rank
+    else:
+        rank[rank_raw < 0] = pd.NA
+    return pd.DataFrame({
+        "tag": names[np.frombuffer(series.tag, dtype=np.uint32)] if len(names) else np.empty(0, dtype=object),
+        "step": step,
+        "wall_time": np.frombuffer(series.wall, dtype=np.float64),
+        "value": np.frombuffer(series.value, dtype=np.float64),
+        "rank": rank,
+    })
 
 
 def _empty_scalars() -> pd.DataFrame:

@@ -514,3 +514,14 @@ def test_all_my_cards_load_and_resolve() -> None:
         c = card(rid)
         assert c.id == rid and callable(resolve_check(c.check or ""))
     assert time.time() > 0
+
+
+@pytest.mark.parametrize(("tag", "metric"), [
+    ("lr_mult", "lr_multiplier"), ("lr_scale", "lr_multiplier"), ("lrm", "lr_multiplier"),
+    ("train/lr_multiplier", "lr_multiplier"), ("lr", "lr"), ("lr_group0", "lr"), ("lr-AdamW", "lr"),
+    ("train/learning_rate", "lr"), ("time", "step_time"), ("data_time", "data_time"), ("total_time", None),
+])
+def test_canonical_metric_multiplier_and_mmengine_time(tag: str, metric: str | None) -> None:
+    from autopsy.metrics import canonical_metric
+
+    assert canonical_metric(tag) == metric

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import yaml
@@ -108,3 +109,15 @@ def test_explained_by_set_by_a_check_is_reset() -> None:
                 primary=True, explained_by="zzz.x")
     (out,) = apply_precedence([f], {})
     assert out.primary and out.explained_by is None
+
+
+def test_peer_comm_error_on_another_rank_is_explained_by_the_ranks_own_crash() -> None:
+    """child_failed: rank 1's shape error is the cause; rank 0's "Connection closed by peer" its echo."""
+    cat = cards(card("code.shape", explains=["dist.rank_failure"]), card("dist.comm"), card("dist.rank_failure"))
+    shape = replace(finding("code.shape", wall_time=10), facts={"ranks": [1], "rank": 1})
+    comm = replace(finding("dist.comm", wall_time=11), facts={"ranks": [0]})
+    out = {f.rule: f for f in apply_precedence([comm, shape], cat)}
+    assert out["code.shape"].primary and out["dist.comm"].explained_by == "code.shape"
+    # the same rank, or unknown ranks: not linked by rank (the cards decide)
+    same = replace(comm, facts={"ranks": [1]})
+    assert {f.rule: f for f in apply_precedence([same, shape], cat)}["dist.comm"].explained_by is None

@@ -192,19 +192,23 @@ def _pipeline_gap(report: Report) -> str | None:
 
 
 @pytest.mark.parametrize("name", sorted(REAL))
-def test_fixture_run_report_in_browser(browser: Any, name: str) -> None:
-    run_dir = RUNS / name
-    if not run_dir.is_dir():
-        pytest.skip(f"fixture run {run_dir} not generated")
-    from autopsy.api import analyze
-    from autopsy.run import load_run
+def test_fixture_run_report_in_browser(browser: Any, name: str, tmp_path: Path) -> None:
+    if not (RUNS / name).is_dir():
+        pytest.skip(f"fixture run {RUNS / name} not generated")
+    from fixture_runs import pinned_copy, pinned_now
 
-    report = analyze(run_dir)
+    from autopsy.api import analyze
+    from autopsy.run import LoadOptions, load_run
+
+    # the run as it was when generated (git keeps no mtimes), analysed at a pinned time
+    run_dir = pinned_copy(name, tmp_path)
+    options = LoadOptions(now=pinned_now(name))
+    report = analyze(run_dir, options=options)
     gap = _pipeline_gap(report)
     if gap and (report.primary is None or report.primary.rule != REAL[name]):
         # a module of the pipeline is missing and the diagnosis is off because of it
         pytest.skip(f"analysis pipeline incomplete: {gap}")
-    html = render_html(report, load_run(run_dir))
+    html = render_html(report, load_run(run_dir, options))
     path = _write(f"fixture_{name}", html)
     page = Page(browser, path)
     try:

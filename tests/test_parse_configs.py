@@ -14,7 +14,7 @@ from autopsy.parsers.types import ConfigEntry
 
 
 def _read(tmp_path: Path, name: str, text: str, kind: ArtifactKind = ArtifactKind.CONFIG,
-          detail: str | None = None):  # noqa: ANN202 - Parsed
+          detail: str | None = None):
     p = tmp_path / name
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(text)

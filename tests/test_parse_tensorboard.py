@@ -8,13 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from builders import write_tfevents
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autopsy.model import ParseStatus
 from autopsy.parsers import tfrecord
+from autopsy.parsers.tb_proto import decode_event
 from autopsy.parsers.tensorboard import read_scalars
-from builders import write_tfevents
 
 BIG = 1 << 40
 
@@ -33,7 +34,7 @@ def _expected(rows: list[tuple[str, int, float]]) -> tuple[list[str], list[int],
 
 @pytest.mark.parametrize("tensor_style", [False, True])
 def test_reads_every_scalar_exactly(tmp_path: Path, tensor_style: bool) -> None:
-    rows = _rows() + [("odd", 0, 1.5), ("odd", -7, -2.0), ("odd", 2**40, math.inf), ("odd", 3, math.nan)]
+    rows = [*_rows(), ("odd", 0, 1.5), ("odd", -7, -2.0), ("odd", 2 ** 40, math.inf), ("odd", 3, math.nan)]
     path = write_tfevents(tmp_path / "events.out.tfevents.1.h", rows, tensor_style=tensor_style)
     parsed = read_scalars(path, max_bytes=BIG)
     assert parsed.status is ParseStatus.OK, parsed.note
@@ -114,7 +115,7 @@ def test_large_file_many_chunks_and_varied_tags(tmp_path: Path, monkeypatch: pyt
     path = write_tfevents(tmp_path / "events.out.tfevents.5.h", rows)
     parsed = read_scalars(path, max_bytes=BIG)
     assert parsed.status is ParseStatus.OK
-    tags, steps, values = _expected(rows)
+    tags, _steps, values = _expected(rows)
     assert parsed.value["tag"].tolist() == tags and parsed.value["value"].tolist() == values
 
 
@@ -172,6 +173,41 @@ def test_bad_data_crc_skips_that_record_only(tmp_path: Path) -> None:
     assert len(parsed.value) == len(rows) - 1
     unchecked = read_scalars(path, max_bytes=BIG, check_crc=False)
     assert unchecked.status is ParseStatus.OK and len(unchecked.value) == len(rows)
+
+
+@pytest.mark.skipif(not tfrecord.crc_available(), reason="crc32c not installed")
+@pytest.mark.parametrize("tensor_style", [False, True])
+@pytest.mark.parametrize("where", ["wall", "step", "value", "tag", "crc"])
+def test_vectorised_crc_catches_each_byte(tmp_path: Path, tensor_style: bool, where: str,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The by-reference CRC check must flag a flipped bit wherever it is, like a per-record check."""
+    per_record: list[int] = []
+    original = tfrecord.bad_data_crcs
+
+    def spy(buf: bytes, a: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        per_record.append(len(starts))
+        return original(buf, a, starts, lengths)
+
+    monkeypatch.setattr(tfrecord, "bad_data_crcs", spy)
+    rows = [(tag, s * 300, float(s)) for s in range(30) for tag in ("loss", "lr")]
+    path = write_tfevents(tmp_path / "ev", rows, tensor_style=tensor_style)
+    data = bytearray(path.read_bytes())
+    pos = 0
+    for _ in range(18):  # record 18: an "lr" event in the middle of its group
+        pos += 16 + struct.unpack_from("<Q", data, pos)[0]
+    length = struct.unpack_from("<Q", data, pos)[0]
+    payload = pos + 12
+    tag_at = data.index(b"lr", payload)
+    value_at = decode_event(bytes(data), payload, payload + length)[2][0].slot + 1
+    offset = {"wall": payload + 3, "step": payload + 10, "value": value_at, "tag": tag_at,
+              "crc": payload + length + 1}[where]
+    data[offset] ^= 0x10
+    path.write_bytes(bytes(data))
+    parsed = read_scalars(path, max_bytes=BIG)
+    assert parsed.status is ParseStatus.TRUNCATED, where
+    assert f"1 record(s) with a bad data CRC skipped (first at byte offset {pos})" in (parsed.note or "")
+    assert len(parsed.value) == len(rows) - 1
+    assert sum(per_record) <= 4  # file_version, the odd one out: the rest were checked by reference
 
 
 def test_absurd_length_field(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """Every fixture run through every renderer: JSON schema, SARIF schema, snapshots of three runs.
 
-Fixture runs are copied with pinned mtimes and analysed with a pinned ``now`` so that the
-output is byte-for-byte reproducible on any checkout (git sets mtimes to checkout time).
+Fixture runs are copied with their recorded mtimes (fixtures/mtimes.json) and analysed with a
+pinned ``now`` and a pinned volume size, so that the output is byte-for-byte reproducible on any
+checkout (git sets mtimes to checkout time).
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 from conftest import RUNS
+from fixture_runs import pinned_copy, pinned_now
 from snapshot_util import assert_snapshot
 
 from autopsy.model import Report
 
-PINNED_MTIME = 1761282000.0  # 2025-10-24 05:00:00 UTC
 SNAPSHOT_RUNS = ("disk_full", "nan_loss", "retention", "killed_mid_save")
 PINNED_DISK = collections.namedtuple("usage", "total used free")(100 * 10**9, 60 * 10**9, 40 * 10**9)
 SARIF_SCHEMA = Path(__file__).parent / "data" / "sarif-2.1.0.schema.json"
@@ -32,14 +33,10 @@ def _runs() -> list[str]:
 
 @pytest.fixture(scope="module")
 def pinned(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every fixture run copied with the mtimes it had when generated (tests/fixture_runs.py)."""
     root = tmp_path_factory.mktemp("pinned")
     for name in _runs():
-        shutil.copytree(RUNS / name, root / name, symlinks=True)
-    for dirpath, _dirs, files in os.walk(root):
-        for n in files:
-            p = os.path.join(dirpath, n)
-            if not os.path.islink(p):
-                os.utime(p, (PINNED_MTIME, PINNED_MTIME))
+        pinned_copy(name, root)
     return root
 
 
@@ -57,7 +54,7 @@ def _report(pinned: Path, name: str) -> Report:
         # Some rules report the volume's size/free space at analysis time (forecasts): pin it.
         shutil.disk_usage = lambda _p: PINNED_DISK  # type: ignore[assignment]
         try:  # a relative path, so the report says "disk_full", not a tmp dir
-            _cache[name] = autopsy.analyze(name, options=LoadOptions(now=PINNED_MTIME + 86400))
+            _cache[name] = autopsy.analyze(name, options=LoadOptions(now=pinned_now(name)))
         finally:
             os.chdir(cwd)
             shutil.disk_usage = real_disk_usage

@@ -12,6 +12,9 @@ Expected file keys (unknown keys are an error, so a typo cannot pass):
 * ``notes``: free text (what the run is, how it was made);
 * ``truth``: the generator's ground truth (informational; map it onto ``facts`` to test it).
 
+Each run is analysed on a copy whose mtimes are restored from ``fixtures/mtimes.json``,
+at a pinned analysis time (``tests/fixture_runs.py``).
+
 A run without an expected file is still analysed: it must not raise and no rule may
 end in a rule error.
 """
@@ -25,6 +28,7 @@ import pytest
 import yaml
 from casefiles import facts_match
 from conftest import FIXTURES, RUNS
+from fixture_runs import missing_mtimes, pinned_copy, pinned_now, recorded_mtimes
 
 EXPECTED = FIXTURES / "expected"
 _KEYS = frozenset({"run", "primary", "fires", "not_fires", "facts", "only", "not_evaluated", "notes", "truth"})
@@ -36,20 +40,6 @@ def catalog():  # type: ignore[no-untyped-def]
     from autopsy.engine.loader import load_catalog
 
     return load_catalog()
-
-
-def _now_for(run_dir: Path) -> float:
-    """Analysis time: an hour after the run's last write, whenever the test runs.
-
-    A fresh checkout gives every file the checkout time as mtime, so the real clock would
-    make results depend on when the repo was cloned (a truncated checkpoint looks "still
-    being written" for two minutes after a clone). An hour matches the per-rule cases
-    (``casefiles.DEFAULT_AGE_S``): a finished run, analysed after the fact.
-    """
-    from casefiles import DEFAULT_AGE_S
-
-    mtimes = [p.stat().st_mtime for p in run_dir.rglob("*") if p.is_file()]
-    return max(mtimes, default=0.0) + DEFAULT_AGE_S
 
 
 def _expected(name: str) -> dict[str, Any] | None:
@@ -65,12 +55,15 @@ def _expected(name: str) -> dict[str, Any] | None:
 
 @pytest.mark.skipif(not RUN_DIRS, reason="no fixture runs in fixtures/runs/ yet (see fixtures/generate.py)")
 @pytest.mark.parametrize("run_dir", RUN_DIRS, ids=[p.name for p in RUN_DIRS])
-def test_run(run_dir: Path, catalog) -> None:  # type: ignore[no-untyped-def]
+def test_run(run_dir: Path, catalog, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from autopsy.api import analyze
     from autopsy.model import OutcomeKind, Severity
     from autopsy.run import LoadOptions
 
-    report = analyze(run_dir, catalog=catalog, options=LoadOptions(now=_now_for(run_dir)))
+    # A copy with the mtimes of the day it was generated, analysed an hour after its last
+    # write: the same result on every clone (git sets every mtime to checkout time).
+    copy = pinned_copy(run_dir.name, tmp_path)
+    report = analyze(copy, catalog=catalog, options=LoadOptions(now=pinned_now(run_dir.name)))
     errors = [f"{o.rule}: {o.reason}" for o in report.rule_errors]
     assert not errors, "rule errors:\n" + "\n".join(errors)
     exp = _expected(run_dir.name)
@@ -107,3 +100,12 @@ def test_run(run_dir: Path, catalog) -> None:  # type: ignore[no-untyped-def]
         if o is None or o.kind is not OutcomeKind.NOT_EVALUATED:
             problems.append(f"not_evaluated: {rule} ended {o.kind if o else 'without outcome'}")
     assert not problems, f"{run_dir.name}:\n" + "\n".join(problems) + "\nfindings:\n" + listing
+
+
+@pytest.mark.skipif(not RUN_DIRS, reason="no fixture runs in fixtures/runs/ yet (see fixtures/generate.py)")
+def test_every_fixture_file_has_a_recorded_mtime() -> None:
+    """fixtures/generate.py records mtimes; a run regenerated without them would test clone times."""
+    problems = {p.name: missing_mtimes(p.name)[:5] for p in RUN_DIRS if missing_mtimes(p.name)}
+    assert not problems, f"paths missing from fixtures/mtimes.json: {problems}"
+    stale = sorted(set(recorded_mtimes()) - {p.name for p in RUN_DIRS})
+    assert not stale, f"fixtures/mtimes.json records runs that do not exist: {stale}"

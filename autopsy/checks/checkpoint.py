@@ -18,7 +18,8 @@ from autopsy.checks.run import end_signals, epoch_progress_time
 from autopsy.checks.series import cite, config_entry, config_evidence, config_float, median_cadence, rounded
 from autopsy.engine.types import CheckContext, NotEvaluated
 from autopsy.model import Confidence, Evidence, Finding, Severity
-from autopsy.parsers.types import Checkpoint
+from autopsy.parsers.types import Checkpoint, ConfigEntry
+from autopsy.report.common import fmt_bytes
 from autopsy.run import Run
 
 LIMIT_KEYS = ("save_total_limit", "keep_last_n", "keep_last", "max_to_keep", "keep_checkpoint_max",
@@ -28,11 +29,6 @@ SAVE_STEPS_KEYS = ("save_steps", "save_every", "save_interval", "checkpoint_ever
 # What ENOSPC / EDQUOT look like in a traceback message or a log line.
 _ENOSPC = regex.compile(r"No space left on device|os error 28|Errno 28\b|ENOSPC|Disk quota exceeded|EDQUOT",
                         regex.IGNORECASE)
-GB = 1e9
-
-
-def _gb(n: float) -> str:
-    return f"{n / GB:.1f} GB"
 
 
 def _complete(cps: Sequence[Checkpoint]) -> list[Checkpoint]:
@@ -118,10 +114,16 @@ def retention(ctx: CheckContext) -> Iterable[Finding]:
     allowance = 1 if run.trainer_state is not None and run.trainer_state.best_model_checkpoint else 0
     over = limit is not None and count > limit + allowance
     if over and limit is not None:
-        reasons.append(f"{count} checkpoints on disk but {cite(limit_entry)} sets a limit of {limit}: "
-                       "old checkpoints are not being deleted")
+        assert limit_entry is not None
+        reasons.append(f"but {cite(limit_entry)} sets {limit_entry.raw_key}: {limit}, so old checkpoints are "
+                       "not being deleted")
+        hint = misplaced_setting(run, limit_entry)
+        if hint is not None:
+            facts["limit_section_mismatch"] = hint[1]
+            reasons.append(hint[0])
+            ev.append(config_evidence(hint[2]))
         oldest = [c for c in cps if c.valid][: count - limit]
-        ev.extend(Evidence(path=c.path, detail=f"step {c.step}, {_gb(c.bytes)}") for c in oldest[:5])
+        ev.extend(Evidence(path=c.path, detail=f"step {c.step}, {fmt_bytes(c.bytes)}") for c in oldest[:5])
     disk = run.disk
     enospc = _enospc_evidence(run)
     facts["disk_full_seen"] = bool(enospc)
@@ -133,33 +135,69 @@ def retention(ctx: CheckContext) -> Iterable[Finding]:
         share = total / disk.fs_total_bytes
         facts["checkpoint_share_of_volume"] = rounded(share, 3)
         if growing and cadence and disk.fs_free_bytes is not None and disk.fs_used_bytes is not None:
+            # After ENOSPC the volume measured now tells about the crash only while it is still
+            # full; a forecast far past the crash means it was cleaned, resized or copied elsewhere.
             other = max(0.0, disk.fs_used_bytes - total)
             room = disk.fs_total_bytes - other
             n_fit = int(room // per_ckpt)
             first_step = min((c.step for c in cps if c.step is not None), default=int(cadence))
             fill_step = int(first_step + n_fit * cadence)
-            facts["forecast_fill_step"] = fill_step
-            facts["forecast_saves_that_fit"] = n_fit
+            crash_step = run.last_step
+            stale = bool(enospc) and crash_step is not None and fill_step > crash_step + 2 * cadence
+            if stale:
+                facts["forecast_skipped"] = ("the volume measured at analysis time has room: it is not the "
+                                             "volume as it was when the disk filled")
+            else:
+                facts["forecast_fill_step"] = fill_step
+                facts["forecast_saves_that_fit"] = n_fit
             planned = run.max_steps
-            if planned is not None and fill_step <= planned:
+            if planned is not None and fill_step <= planned and not stale:
                 forecast_hit = True
                 reasons.append(
-                    f"at {_gb(per_ckpt)} per save every {cadence:.0f} steps, a {_gb(disk.fs_total_bytes)} volume "
-                    f"with {_gb(other)} used by other files (at analysis time) fills at step ~{fill_step}, "
-                    f"before the planned {planned}")
+                    f"at {fmt_bytes(per_ckpt)} per save every {cadence:.0f} steps, a {fmt_bytes(disk.fs_total_bytes)} "
+                    f"volume with {fmt_bytes(other)} used by other files (at analysis time) fills at step "
+                    f"~{fill_step:,}, before the planned {planned:,}")
         if share >= float(ctx.param("max_volume_share")) and not over:
-            reasons.append(f"checkpoints take {share:.0%} of the {_gb(disk.fs_total_bytes)} volume")
+            reasons.append(f"checkpoints take {share:.0%} of the {fmt_bytes(disk.fs_total_bytes)} volume")
     if enospc and (over or growing or share_ok(facts, ctx)):
         ev.extend(enospc)
-        reasons.insert(0, "the disk filled up (ENOSPC) while checkpoints accumulated")
+        reasons.append("the disk filled up (ENOSPC) while they accumulated")
     if not reasons:
         return []
     severity = Severity.CRITICAL if enospc and (over or share_ok(facts, ctx) or forecast_hit) else Severity.WARNING
     confidence = Confidence.HIGH if over else Confidence.MEDIUM
-    msg = (f"Checkpoint retention: {count} checkpoints, {_gb(per_ckpt)} each ({_gb(total)} in all); "
-           + "; ".join(reasons) + ".")
+    msg = (f"{count} checkpoints of {fmt_bytes(per_ckpt)} each ({fmt_bytes(total)} in all) are on disk"
+           + _join_reasons(reasons) + ".")
     return [ctx.finding(msg, key="checkpoint.retention", facts=facts, evidence=ev, severity=severity,
                         confidence=confidence, step=run.last_step)]
+
+
+def _join_reasons(reasons: list[str]) -> str:
+    """``, but X sets ...; the disk filled up ...``: the limit reason reads on from the count."""
+    out = ""
+    for i, r in enumerate(reasons):
+        out += (" " if r.startswith("but ") else ": " if i == 0 else "; ") + r
+    return out
+
+
+def misplaced_setting(run: Run, entry: ConfigEntry) -> tuple[str, str, ConfigEntry] | None:
+    """A limit written outside the section that holds the file's other save settings.
+
+    ``save_total_limit: 3`` at the top level beside ``checkpointing: {save_steps: 10}`` is the
+    classic way a limit never reaches the trainer: the script reads ``checkpointing.save_total_limit``.
+    Returns (reason, the section, the sibling save setting) or None.
+    """
+    section = entry.raw_key.rpartition(".")[0]
+    for other in run.config_entries:
+        if other.path != entry.path or other is entry:
+            continue
+        other_section, _, leaf = other.raw_key.rpartition(".")
+        if other_section and other_section != section and (leaf in SAVE_STEPS_KEYS or other.key in SAVE_STEPS_KEYS):
+            here = f"under {section}:" if section else "at the top level"
+            reason = (f"the limit is {here} while {other.raw_key} is under {other_section}: (line {other.line}): "
+                      f"a script reading {other_section}.{entry.raw_key.rpartition('.')[2]} never sees it")
+            return reason, other_section, other
+    return None
 
 
 def share_ok(facts: dict[str, object], ctx: CheckContext) -> bool:

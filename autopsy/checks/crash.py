@@ -35,7 +35,7 @@ from autopsy.checks.common import (
     where,
 )
 from autopsy.engine.types import CheckContext
-from autopsy.model import Evidence, Finding
+from autopsy.model import Confidence, Evidence, Finding
 from autopsy.parsers.types import Hit, PatternSpec, Traceback
 
 _FAULTHANDLER_FRAME = regex.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
@@ -119,6 +119,23 @@ def _explained(tb: Traceback, explainers: Sequence[regex.Pattern[str]]) -> bool:
     return any(rx.search(line) for rx in explainers for line in lines)
 
 
+# Launcher code that re-raises a child's death (torchrun / torch.distributed.launch / accelerate /
+# deepspeed launchers, runpy for `python -m torch.distributed.run`): its traceback is the launcher's
+# report of a rank failure (dist.rank_failure's evidence), not the exception that killed the rank.
+_LAUNCHER_FILE = regex.compile(
+    r"(?:/bin/(?:torchrun|accelerate(?:-launch)?|deepspeed)$|/runpy\.py$|<frozen runpy>"
+    r"|torch/distributed/(?:run|launch)\.py$|torch/distributed/(?:launcher|elastic)/"
+    r"|accelerate/commands/|deepspeed/launcher/|torch/multiprocessing/spawn\.py$)")
+_LAUNCHER_EXC = ("", "ChildFailedError", "CalledProcessError", "ProcessRaisedException", "ProcessExitedException")
+
+
+def _launcher_report(tb: Traceback) -> bool:
+    """A traceback made only of launcher frames, ending in a child-failure exception or cut off."""
+    if tb.exc_type.rsplit(".", 1)[-1] not in _LAUNCHER_EXC or not tb.frames:
+        return False
+    return all(_LAUNCHER_FILE.search(f.file.replace("\\", "/")) for f in tb.frames)
+
+
 def _tb_key(tb: Traceback) -> str:
     frame = project_frame(tb)
     where_ = (frame.function or frame.file.rsplit("/", 1)[-1]) if frame is not None else "?"
@@ -133,7 +150,7 @@ def exception(ctx: CheckContext) -> Iterable[Finding]:
     for tb in final_tracebacks(ctx.run):
         if tb.exc_type.rsplit(".", 1)[-1] in ignore:
             continue
-        if any(_explained(t, explainers) for t in tb_chain(tb)):
+        if any(_explained(t, explainers) for t in tb_chain(tb)) or _launcher_report(tb):
             continue
         scan = scan_of(ctx.run, tb.path)
         if scan is not None and scan.last_step is not None and min_after > 0 \
@@ -176,10 +193,18 @@ def exception(ctx: CheckContext) -> Iterable[Finding]:
                                      detail=f"raised in {frame_text(f)}" if f is not None else None))
         inside = f" in {frame_text(frame)}" if frame is not None else ""
         step = f" at step {lead.step}" if lead.step is not None else ""
-        msg = (f"The run died of an uncaught {exception_line(lead)[:200]!r}{inside}{step}{rank_phrase(facts)} "
-               f"({lead.path}:{lead.line_end}).")
+        confidence = None
+        if lead.exc_type:
+            msg = (f"The run died of an uncaught {exception_line(lead)[:200]!r}{inside}{step}{rank_phrase(facts)} "
+                   f"({lead.path}:{lead.line_end}).")
+        else:
+            # The log (or the paste of it) stops inside the traceback: a crash, of a type we cannot see.
+            confidence = Confidence.LOW
+            msg = (f"The run died in a traceback that is cut off before its exception line{inside}{step}"
+                   f"{rank_phrase(facts)} ({lead.path}:{lead.line_start}-{lead.line_end}); the exception type "
+                   "is not in the log.")
         findings.append(ctx.finding(msg, key=key, facts=facts, evidence=evidence, step=lead.step,
-                                    wall_time=lead.wall_time))
+                                    wall_time=lead.wall_time, confidence=confidence))
     return findings
 
 

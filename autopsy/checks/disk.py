@@ -30,6 +30,7 @@ from autopsy.checks.common import (
 from autopsy.engine.types import CheckContext
 from autopsy.model import Confidence, Evidence, Finding
 from autopsy.parsers.types import Hit, Traceback
+from autopsy.report.common import fmt_bytes
 
 # Frame function -> what was being written. Checked innermost first.
 _SAVERS = (
@@ -151,8 +152,12 @@ def _message(facts: dict[str, Any], lead: Hit) -> str:
     step = f" at step {facts['step']}" if "step" in facts else ""
     gb = facts.get("checkpoint_bytes")
     n = facts.get("checkpoints_on_disk")
-    held = f"; {n} checkpoints hold {gb / 1e9:.1f} GB" if n and gb else ""
-    limit = f" (save_total_limit={facts['save_total_limit']})" if "save_total_limit" in facts else ""
+    held = f"; {n} checkpoints hold {fmt_bytes(gb)}" if n and gb else ""
+    lim = facts.get("save_total_limit")
+    limit = ""
+    if isinstance(lim, int) and not isinstance(lim, bool):
+        limit = (f" although save_total_limit is {lim}" if isinstance(n, int) and n > lim + 1
+                 else f" (save_total_limit {lim})")
     resume = (f"; resume from {facts['latest_valid_checkpoint']}" if "latest_valid_checkpoint" in facts
               else "; no valid checkpoint to resume from" if n is not None else "")
     return (f"A write failed because {what}{doing}{at}{step}{rank_phrase(facts)} ({where(lead)})"

@@ -120,7 +120,7 @@ def _timeout_message(facts: Mapping[str, Any], lead: Hit) -> str:
     seq = f" (SeqNum {facts['seq']})" if isinstance(facts.get("seq"), int) else ""
     after = f" after {facts['timeout_s']:g} s" if "timeout_s" in facts else ""
     waiting = facts.get("waiting_ranks")
-    who = f" on ranks {', '.join(map(str, waiting[:8]))}{'...' if len(waiting) > 8 else ''}" if waiting else ""
+    who = rank_phrase({"ranks": waiting}) if waiting else ""
     suspect = ""
     if facts.get("suspect_ranks"):
         s = facts["suspect_ranks"]
@@ -135,7 +135,13 @@ def comm(ctx: CheckContext) -> Iterable[Finding]:
         return "NCCL INFO" in hit.text
 
     def facts(hit: Hit) -> dict[str, Any]:
-        return {"error": group(hit, "error") or group(hit, "nccl_code") or group(hit, "reason")}
+        out: dict[str, Any] = {"error": group(hit, "error") or group(hit, "nccl_code") or group(hit, "reason")}
+        timeout_s = group(hit, "timeout_s")
+        timeout_ms = group(hit, "timeout_ms")
+        if timeout_s is not None or timeout_ms is not None:
+            out["connect_timeout_s"] = int(timeout_s) if timeout_s is not None else int(timeout_ms or 0) / 1000.0
+            out["error"] = "could not connect to the rendezvous store (TCPStore connect timed out)"
+        return out
 
     def message(hit: Hit, f: Mapping[str, Any], n: int) -> str:
         err = f.get("error") or hit.text.strip()[:120]
@@ -147,7 +153,7 @@ def comm(ctx: CheckContext) -> Iterable[Finding]:
                                  or hit.key.rsplit("/", 1)[-1]))
 
     return line_rule(ctx, names=("nccl_error_in", "nccl_error", "nccl_code", "ib_completion", "peer_closed",
-                                 "rendezvous_connect", "rendezvous_error"),
+                                 "rendezvous_connect", "store_connect_timeout", "rendezvous_error"),
                      message=message, facts=facts, key=key, skip=skip)
 
 

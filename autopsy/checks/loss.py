@@ -8,13 +8,14 @@ do not decide the outcome.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from autopsy.checks.series import (
     Series,
+    as_float,
     cite,
     config_evidence,
     config_float,
@@ -273,10 +274,17 @@ def plateau(ctx: CheckContext) -> Iterable[Finding]:
     near_chance = chance is not None and final_win >= chance * (1 - float(ctx.param("chance_relative_tolerance")))
     if near_chance and rel_improvement < float(ctx.param("chance_max_relative_improvement")):
         facts["mode"] = "chance"
-        msg = (f"The loss sits at chance level: {final:.4g} over steps {win.steps[0]}..{win.steps[-1]} against "
-               f"ln({int(vocab or 0)}) = {chance:.4g} ({kind} from {cite(entry)}): the model predicts no better than "
-               "uniform guessing (\"fake learning\": labels not reaching the loss, a frozen model, LR ~ 0).")
-        return [ctx.finding(msg, key="loss.plateau:chance", facts=facts, evidence=ev, step=int(win.steps[0]))]
+        # Stuck from the first logged step (it never learned) reads differently from a run that
+        # learned and then fell back: say which, and point at the step it began.
+        never = drop_fraction < float(ctx.param("min_drop_fraction"))
+        facts["never_improved"] = bool(never)
+        first = int(s.steps[0]) if never else int(win.steps[0])
+        when = (f"for the whole run (steps {s.steps[0]}..{s.steps[-1]}: {initial:.4g} at the start, {final:.4g} "
+                "at the end)" if never else f"over steps {win.steps[0]}..{win.steps[-1]} ({final:.4g})")
+        msg = (f"The loss sits at chance level {when}, against ln({int(vocab or 0)}) = {chance:.4g} ({kind} from "
+               f"{cite(entry)}): the model predicts no better than uniform guessing (\"fake learning\": labels "
+               "not reaching the loss, a frozen model, an optimizer not updating the trained parameters, LR ~ 0).")
+        return [ctx.finding(msg, key="loss.plateau:chance", facts=facts, evidence=ev, step=first)]
     if not flat:
         return []
     learned = drop_fraction >= float(ctx.param("min_drop_fraction"))
@@ -292,6 +300,21 @@ def plateau(ctx: CheckContext) -> Iterable[Finding]:
                         confidence=Confidence.MEDIUM if chance is None else None)]
 
 
+def _model_side(run: Run, keys: Sequence[str]) -> tuple[float | None, ConfigEntry | None]:
+    """The size the model really has: its config.json, else the tokenizer files.
+
+    A training config's ``vocab_size`` is often a request (the size asked of a tokenizer
+    trainer, which may stop short), so the model/tokenizer files win for ln(V).
+    """
+    for source in ("hf_config", "tokenizer"):
+        found = [e for e in run.config_entries if e.key in keys and e.source == source]
+        for e in sorted(found, key=lambda e: (e.path.count("/"), e.path, e.line or 0)):
+            v = as_float(e.value)
+            if v is not None and math.isfinite(v) and v >= 2:
+                return v, e
+    return None, None
+
+
 def _vocab(run: Run, final: float) -> tuple[float | None, ConfigEntry | None, str]:
     """The vocabulary size or number of classes whose chance loss ln(N) is nearest the final loss.
 
@@ -300,7 +323,9 @@ def _vocab(run: Run, final: float) -> tuple[float | None, ConfigEntry | None, st
     """
     cands = []
     for keys, kind in ((VOCAB_KEYS, "vocab_size"), (CLASS_KEYS, "num_labels")):
-        v, entry = config_float(run, keys)
+        v, entry = _model_side(run, keys)
+        if v is None:
+            v, entry = config_float(run, keys)
         if v is not None and v >= 2:
             cands.append((abs(final - math.log(v)) / math.log(v), v, entry, kind))
     if not cands:

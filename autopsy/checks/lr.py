@@ -145,8 +145,13 @@ def floor(ctx: CheckContext) -> Iterable[Finding]:
         facts["configured_min_source"] = None
     elif ratio - expected < float(ctx.param("min_gap_ratio")) or ratio < 1.5 * expected:
         return []
-    want = (f"the configured minimum is {expected:.3g} of peak ({facts.get('configured_min_source')})"
-            if expected is not None else "nothing in the config says it should stop there")
+    src = facts.get("configured_min_source")
+    if expected is None:
+        want = "nothing in the config says it should stop there"
+    elif expected == 0:
+        want = f"the configured minimum is 0 ({src})"
+    else:
+        want = f"the configured minimum is {expected:.1%} of peak ({src})"
     shape = "flat over the last part of the run" if flat_tail else "still above the end value at the planned end"
     msg = (f"The {'LR multiplier' if s.metric == 'lr_multiplier' else 'learning rate'} stops decaying at "
            f"{ratio:.1%} of its peak ({final:.3g} vs {peak:.3g}, {shape}) while {want}: the schedule has a floor "
@@ -205,11 +210,23 @@ def mismatch(ctx: CheckContext) -> Iterable[Finding]:
                 why = (f"; the warmup ({warm:.0f} steps) is longer than the {int(s.steps[-1])} steps logged, "
                        "so the LR was still ramping up")
                 facts["warmup_longer_than_run"] = True
+            elif not warm_too_long and ratio < 1 and _still_rising(s.values):
+                # A linear ramp to the last step: a warmup longer than the run, computed somewhere
+                # the config does not show as steps (tokens, samples, a ratio of the wrong total).
+                why = "; it rises steadily up to the last step, so the run never left its warmup"
+                other = _warmup_like_entry(run)
+                if other is not None:
+                    why += f" (check how {other.raw_key} at {cite(other)} is turned into steps)"
+                    facts["warmup_setting"] = f"{other.raw_key}: {other.text}"
+                    facts["warmup_setting_source"] = cite(other)
+                    ev.append(config_evidence(other))
+                facts["still_in_warmup"] = True
             elif not warm_too_long:
                 why = "; look for a scheduler stepped per sample instead of per step, or an LR scale applied twice"
             direction = "below" if ratio < 1 else "above"
             factor = 1 / ratio if ratio < 1 else ratio
-            reasons.insert(0, f"the logged LR peaks at {observed:.3g} ({s.tag}), {factor:.3g}x "
+            times = f"{factor:,.0f}x" if factor >= 100 else f"{factor:.3g}x"
+            reasons.insert(0, f"the logged LR peaks at {observed:.3g} ({s.tag}), {times} "
                               f"{direction} the configured {cfg:.3g} ({cite(cfg_entry)}){why}")
     elif s is None and not warm_too_long:
         raise NotEvaluated("no LR series found to compare with the configured learning_rate")
@@ -220,3 +237,18 @@ def mismatch(ctx: CheckContext) -> Iterable[Finding]:
     msg = "The learning rate is not what the config says: " + "; and ".join(reasons) + "."
     key = "lr.mismatch:warmup" if facts.get("warmup_longer_than_run") else "lr.mismatch:scale"
     return [ctx.finding(msg, key=key, facts=facts, evidence=ev, severity=severity, step=last)]
+
+
+def _still_rising(values: np.ndarray) -> bool:
+    """True when the LR never falls and ends at its maximum: a ramp still under way."""
+    v = np.asarray(values, dtype="float64")
+    if v.size < 3 or not np.isfinite(v).all():
+        return False
+    return bool(v[-1] >= v.max() and v[-1] > v[0] and (np.diff(v) >= -1e-12 * max(abs(v.max()), 1e-30)).all())
+
+
+def _warmup_like_entry(run: Run) -> ConfigEntry | None:
+    """A config entry that names warmup in another unit (warmup_tokens, warmup_samples, ...)."""
+    cands = [e for e in run.config_entries if "warmup" in e.raw_key.lower() and e.value is not None]
+    cands.sort(key=lambda e: (e.source not in ("yaml", "json", "toml", "hydra"), e.path, e.line or 0))
+    return cands[0] if cands else None

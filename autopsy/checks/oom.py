@@ -56,7 +56,7 @@ _V2_FIELDS = {
 _VARIANTS = {
     "torch2_oom": "torch_allocator", "torch1_oom": "torch_allocator", "oom_bare": "torch_allocator",
     "cuda_error_oom": "cuda_runtime", "cuda_driver_oom": "cuda_driver", "cublas_alloc": "cublas",
-    "cudnn_alloc": "cudnn", "xla_oom": "xla",
+    "cudnn_alloc": "cudnn", "xla_oom": "xla", "notebook_oom_header": "torch_allocator",
 }
 
 
@@ -196,7 +196,7 @@ def host(ctx: CheckContext) -> Iterable[Finding]:
         facts["source"] = "exit code" if codes else "SIGKILL"
     if lead is not None:
         for g in ("pid", "process", "anon_rss_kb", "total_vm_kb", "oom_events", "node", "task", "requested",
-                  "requested_unit", "requested_bytes", "command", "signal"):
+                  "requested_unit", "requested_bytes", "command", "signal", "local_rank"):
             value = group(lead, g)
             if value is not None:
                 facts[g] = int(value.replace(",", "")) if value.replace(",", "").isdigit() else value
@@ -246,7 +246,9 @@ def _host_message(facts: dict[str, Any], lead: Hit | None, confidence: Confidenc
         proc = f" killed {facts['process']} (pid {facts['pid']})" if "process" in facts and "pid" in facts else ""
         return f"Host RAM ran out{at}: {what}{proc}{rss}{loc}."
     if confidence is Confidence.MEDIUM:
-        return (f"The process was killed with SIGKILL{at} ({src}{loc}), most likely by the kernel OOM killer: "
+        who = f"Local rank {facts['local_rank']} was" if "local_rank" in facts else "The process was"
+        seen = f"{loc[2:-1]}" if src == "SIGKILL" and loc else f"{src}{loc}"
+        return (f"{who} killed with SIGKILL{at} ({seen}), most likely by the kernel OOM killer: "
                 "host RAM, not GPU memory, ran out.")
     code = facts.get("exit_code")
     why = f"exit code {code}" if code is not None else f"rank {facts.get('failed_rank')} died of SIGKILL"

@@ -389,9 +389,11 @@ def incomplete(ctx: CheckContext) -> Iterable[Finding]:
         how = "it exited with status 0 (the loop ended early: epochs vs max_steps, a break, an exhausted dataset)"
         confidence = Confidence.MEDIUM
     else:
-        t_prog, _ = epoch_progress_time(run)
-        if t_prog is None or run.now - t_prog < _stall_threshold(ctx, cadence_seconds(run)):
-            return []  # may still be running
+        t_prog, t_src = epoch_progress_time(run)
+        if t_prog is None:
+            return []
+        if run.now - t_prog < _stall_threshold(ctx, cadence_seconds(run)):
+            return _maybe_running(ctx, t_prog, t_src)
         how = ("it left no error, exit status or termination line (killed from outside, the log was cut, "
                "or the process is still alive and hung)")
         confidence = Confidence.LOW
@@ -408,3 +410,35 @@ def incomplete(ctx: CheckContext) -> Iterable[Finding]:
     key = f"run.incomplete:{facts.get('termination', 'unknown')}"
     return [ctx.finding(f"The run ended {done}: {how}{resume}.", key=key,
                         facts=facts, evidence=ev, confidence=confidence, step=last)]
+
+
+def _maybe_running(ctx: CheckContext, t_prog: float, t_src: str) -> list[Finding]:
+    """Short of max_steps with no end recorded, and recent: say so (info) rather than nothing.
+
+    A run analysed while it still runs (or right after a copy or a clone, which gives every
+    file a fresh mtime) cannot be told from one that died silently a moment ago; the report
+    must say why it draws no conclusion, not claim the run is fine.
+    """
+    run = ctx.run
+    last, planned = run.last_step, run.max_steps
+    if last is None or planned is None:
+        return []
+    age = max(0.0, run.now - t_prog)
+    saving = [c.path for c in run.checkpoint_list if c.in_progress]
+    facts: dict[str, object] = {"last_step": last, "max_steps": planned, "seconds_since_progress": round(age, 1),
+                                "progress_source": t_src, "checkpoints_in_progress": saving}
+    busy = (f"; {', '.join(saving[:3])} {'is' if len(saving) == 1 else 'are'} incomplete but recent "
+            "(a save may be in progress)") if saving else ""
+    msg = (f"The run is at step {last} of {planned} and its last progress is only {_age(age)} old ({t_src}): "
+           f"it may still be running{busy}. Nothing says it ended; analyse it again once it has stopped.")
+    ev = [Evidence(path=p, detail="incomplete, written recently: a save may be in progress") for p in saving[:3]]
+    return [ctx.finding(msg, key="run.incomplete:maybe_running", facts=facts, evidence=ev, severity=Severity.INFO,
+                        confidence=Confidence.LOW, step=last)]
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

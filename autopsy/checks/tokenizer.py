@@ -131,7 +131,7 @@ def mismatch(ctx: CheckContext) -> Iterable[Finding]:
         return [h for h in ctx.hits.get(name, ()) if not recovered(ctx.run, h, min_after)]
 
     labels = live("label_assert") + live("target_out_of_bounds")
-    index = live("index_error") + live("src_index_assert")
+    index = live("index_error") + live("index_table") + live("src_index_assert")
     vocab = _vocab_mismatch(ctx)
     overflow_seen = bool(other_rule_fired_lines(ctx.run, "tokenizer.overflow"))
     if index and vocab is None and (overflow_seen or any(_position_frame(ctx, h) for h in index)):
@@ -154,6 +154,10 @@ def mismatch(ctx: CheckContext) -> Iterable[Finding]:
             facts["target"] = target
     lead = crash[0] if crash else None
     if lead is not None:
+        for g in ("index", "table_rows"):
+            value = group_int(lead, g)
+            if value is not None:
+                facts[g] = value
         evidence = evidence_for(crash, limit=3) + evidence
         ranks = ranks_of(crash, ctx.run)
         if ranks:

@@ -11,7 +11,9 @@ nothing more specific fired, per the taxonomy), confidence, the card's
 ``specificity``, and then the earliest in time (in noisy logs the first error is the
 cause more often than the last or loudest one). Info findings are never primary.
 When the primary is critical (it stopped the run) a generic finding that nothing else
-explains links to it: the traceback or the "rank exited" line is the same death.
+explains links to it: the traceback or the "rank exited" line is the same death; so do
+collective timeouts and communication errors on *other* ranks than the primary's (the
+survivors' view of a peer that died).
 
 The output order is deterministic: primary, severity desc, rule id, fingerprint.
 """
@@ -26,6 +28,9 @@ from autopsy.engine.types import Card
 from autopsy.model import Finding, Severity
 
 GENERIC_RULES = frozenset({"crash.exception", "dist.rank_failure", "run.incomplete"})
+# What the surviving ranks print when a peer dies: a collective that times out, a connection
+# closed by the peer. On other ranks than the primary's own cause, they are its echo.
+PEER_CONSEQUENCES = frozenset({"dist.comm", "dist.timeout"})
 
 
 def explains_graph(cards: Mapping[str, Card]) -> dict[str, set[str]]:
@@ -82,6 +87,12 @@ def apply_precedence(findings: Sequence[Finding], cards: Mapping[str, Card]) -> 
         for f in findings:
             if f.rule in GENERIC_RULES and f.rule != primary.rule and f.rule not in links:
                 links[f.rule] = primary.rule
+        own = _ranks(primary)
+        if own and primary.rule not in PEER_CONSEQUENCES:
+            for f in findings:
+                theirs = _ranks(f)
+                if f.rule in PEER_CONSEQUENCES and f.rule not in links and theirs and not theirs & own:
+                    links[f.rule] = primary.rule
     _break_cycles(links)
 
     out = []
@@ -91,6 +102,18 @@ def apply_precedence(findings: Sequence[Finding], cards: Mapping[str, Card]) -> 
         out.append(replace(f, primary=is_primary, explained_by=link))
     out.sort(key=lambda f: (not f.primary, -int(f.severity), f.rule, f.fingerprint))
     return tuple(out)
+
+
+def _ranks(f: Finding) -> set[int]:
+    """The ranks a finding happened on, from its ``ranks`` / ``rank`` facts (empty when unknown)."""
+    out: set[int] = set()
+    ranks = f.facts.get("ranks")
+    if isinstance(ranks, (list, tuple)):
+        out.update(r for r in ranks if isinstance(r, int) and not isinstance(r, bool))
+    rank = f.facts.get("rank")
+    if isinstance(rank, int) and not isinstance(rank, bool):
+        out.add(rank)
+    return out
 
 
 def _break_cycles(links: dict[str, str]) -> None:

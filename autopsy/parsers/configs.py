@@ -167,7 +167,7 @@ def _tokenizer_json(text: str, rel_path: str) -> Parsed:
 # ---------------------------------------------------------------------------- YAML
 
 
-def _yaml(text: str, rel_path: str, source: str) -> Parsed:
+def _yaml(text: str, rel_path: str, source: str, _salvage: bool = False) -> Parsed:
     import yaml
 
     out: list[ConfigEntry] = []
@@ -185,6 +185,14 @@ def _yaml(text: str, rel_path: str, source: str) -> Parsed:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).split("\n")[0]
+        if not out and mark is not None and mark.line > 0 and not _salvage:
+            # keep the values written before the damage (a file cut mid-write, a bad line)
+            lines = text.splitlines(keepends=True)
+            for cut in (mark.line, mark.line - 1, max(0, mark.line - 5)):
+                kept = _yaml("".join(lines[:cut]), rel_path, source, _salvage=True) if cut > 0 else None
+                if kept is not None and kept.status is ParseStatus.OK:
+                    out = kept.value
+                    break
         status = ParseStatus.TRUNCATED if out else ParseStatus.UNREADABLE
         note = f"invalid YAML{where}: {problem}"[:200]
     except RecursionError:

@@ -583,7 +583,9 @@ def _scan(fs_path: Path, rel_path: str, compiled: CompiledPatterns, max_bytes: i
             scan.note = "not a regular file (FIFO, socket or device): not read"
             return scan
         scan.size = st.st_size
-        limit = max(0, int(max_bytes))
+        # Read what the file held when opened: a log that grows while it is read (training still
+        # running) gives a consistent snapshot, and a fast writer cannot keep the scan going.
+        limit = max(0, min(int(max_bytes), st.st_size))
         year = time.gmtime(st.st_mtime).tm_year if st.st_mtime > 0 else time.gmtime().tm_year
         scanner = _Scanner(rel_path, compiled, rank, st.st_size, year)
         counted = _Counter(_blocks(fd, limit))

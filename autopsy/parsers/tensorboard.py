@@ -112,7 +112,8 @@ def read_scalars(fs_path: Path, *, max_bytes: int, check_crc: bool = True) -> Pa
         if check_crc and not tfrecord.crc_available():
             notes.append("CRCs not checked (crc32c not installed)")
             check_crc = False
-        status = _read_all(fh, size, max_bytes, check_crc, cols, notes)
+        # bytes appended after the open (a writer still running) are left for the next analysis
+        status = _read_all(fh, size, min(max_bytes, size), check_crc, cols, notes)
     except OSError as exc:
         status = ParseStatus.TRUNCATED if cols.parts else ParseStatus.UNREADABLE
         notes.append(f"read error: {exc.strerror or exc}")
@@ -142,18 +143,12 @@ def _read_all(fh, size: int, max_bytes: int, check_crc: bool,  # type: ignore[no
         a = np.frombuffer(buf, np.uint8)
         scan = tfrecord.scan_frames(buf, a, max_record=max(0, size - file_off - tfrecord.OVERHEAD),
                                     check_crc=check_crc)
-        starts, lengths = scan.starts, scan.lengths
-        if check_crc and len(starts):
-            bad = tfrecord.bad_data_crcs(buf, a, starts, lengths)
+        if len(scan.starts):
+            bad = _decode(buf, a, scan.starts, scan.lengths, cols, check_crc)
             if len(bad):
                 bad_crc += len(bad)
                 if first_bad is None:
-                    first_bad = file_off + int(starts[bad[0]])
-                keep = np.ones(len(starts), bool)
-                keep[bad] = False
-                starts, lengths = starts[keep], lengths[keep]
-        if len(starts):
-            _decode(buf, a, starts, lengths, cols)
+                    first_bad = file_off + int(bad.min())
         stop_abs = file_off + scan.stop
         if scan.error == "length":
             length = scan.need - tfrecord.OVERHEAD
@@ -198,12 +193,13 @@ def _read_all(fh, size: int, max_bytes: int, check_crc: bool,  # type: ignore[no
     return status
 
 
-def _decode(buf: bytes, a: np.ndarray, starts: np.ndarray, lengths: np.ndarray, cols: _Columns) -> None:
-    """Decode the scalars of complete frames ``starts``/``lengths`` into ``cols``."""
+def _decode(buf: bytes, a: np.ndarray, starts: np.ndarray, lengths: np.ndarray, cols: _Columns,
+            check_crc: bool) -> np.ndarray:
+    """Decode the scalars of complete frames into ``cols``; returns the starts of frames with a bad data CRC."""
     n = len(starts)
     nb = len(a)
     # Zero padding lets fixed-width windows run past the last record without index checks.
-    ap = np.zeros(nb + 16, np.uint8)
+    ap = np.zeros(nb + 32, np.uint8)
     ap[:nb] = a
     p = starts + tfrecord.HEADER
     e = p + lengths
@@ -214,6 +210,11 @@ def _decode(buf: bytes, a: np.ndarray, starts: np.ndarray, lengths: np.ndarray, 
     tensor = np.zeros(n, bool)
     extra: list[tuple[int, int, int, float, float, bool]] = []  # (record, code, step, wall, value, tensor)
     slow: list[int] = []
+    # For the CRC check: records decoded by group, their group, head length and value slot.
+    grp = np.full(n, -1, np.int64)
+    head = np.zeros(n, np.int64)
+    slot_at = np.zeros(n, np.int64)
+    slot_w = np.zeros(n, np.int64)
 
     fast = (lengths >= 9) & (ap[p] == 0x09)
     slow.extend(np.flatnonzero(~fast).tolist())
@@ -235,11 +236,20 @@ def _decode(buf: bytes, a: np.ndarray, starts: np.ndarray, lengths: np.ndarray, 
             slow.extend(fi[bad].tolist())
             fi, r, ef, steps, has_step = fi[~bad], r[~bad], ef[~bad], steps[~bad], has_step[~bad]
         step[fi] = np.where(has_step, steps, 0)
-        _decode_rests(buf, ap, fi, r, ef - r, cols, code, value, tensor, slow)
+        head[fi] = r - p[fi]
+        _decode_rests(buf, ap, fi, r, ef - r, cols, code, value, tensor, slow, (grp, slot_at, slot_w))
+        slot_at[fi] += head[fi]
 
     for i in sorted(slow):
+        grp[i] = -1
         _decode_one(buf, int(p[i]), int(e[i]), i, cols, code, step, wall, value, tensor, extra)
 
+    bad = _bad_crcs(buf, a, ap, starts, lengths, grp, head, slot_at, slot_w) if check_crc else np.empty(0, np.int64)
+    if len(bad):
+        code[bad] = -1
+        if extra:
+            bad_set = set(bad.tolist())
+            extra = [x for x in extra if x[0] not in bad_set]
     keep = code >= 0
     parts = (code[keep], step[keep], wall[keep], value[keep], tensor[keep])
     if extra:  # merged summaries: several values in one record; restore file order
@@ -255,6 +265,34 @@ def _decode(buf: bytes, a: np.ndarray, starts: np.ndarray, lengths: np.ndarray, 
         parts = tuple(x[srt] for x in parts)  # type: ignore[assignment]
     cols.parts.append(parts)
     cols.n_values += len(parts[0])
+    return starts[bad]
+
+
+def _bad_crcs(buf: bytes, a: np.ndarray, ap: np.ndarray, starts: np.ndarray, lengths: np.ndarray, grp: np.ndarray,
+              head: np.ndarray, slot_at: np.ndarray, slot_w: np.ndarray) -> np.ndarray:
+    """Indices of records whose data CRC is wrong: by reference record where possible, else one by one."""
+    import pandas as pd
+
+    p = starts + tfrecord.HEADER
+    by_ref = (grp >= 0) & (lengths <= tfrecord.MAX_TABLE_DISTANCE) & (lengths >= slot_at + slot_w)
+    ri = np.flatnonzero(by_ref)
+    other = np.flatnonzero(~by_ref)
+    bad: list[np.ndarray] = []
+    if len(ri):
+        # the reference of a record: the first record of its group with the same payload length
+        key = grp[ri] * (tfrecord.MAX_TABLE_DISTANCE + 1) + lengths[ri]
+        codes, _ = pd.factorize(key, sort=False)
+        first = np.full(codes.max() + 1, -1, np.int64)
+        first[codes[::-1]] = np.arange(len(ri))[::-1]
+        ref = first[codes]
+        found = tfrecord.bad_data_crcs_by_reference(buf, ap, p[ri], lengths[ri], ref, head[ri], slot_at[ri],
+                                                    slot_w[ri])
+        # exact for every record, a corrupt reference included: linearity needs only that
+        # the two payloads differ nowhere but at the positions accounted for
+        bad.append(ri[found])
+    if len(other):
+        bad.append(other[tfrecord.bad_data_crcs(buf, a, starts[other], lengths[other])])
+    return np.unique(np.concatenate(bad)) if bad else np.empty(0, np.int64)
 
 
 def _windows(ap: np.ndarray, width: int) -> np.ndarray:
@@ -263,7 +301,8 @@ def _windows(ap: np.ndarray, width: int) -> np.ndarray:
 
 
 def _decode_rests(buf: bytes, ap: np.ndarray, rows: np.ndarray, r: np.ndarray, rlen: np.ndarray, cols: _Columns,
-                  code: np.ndarray, value: np.ndarray, tensor: np.ndarray, slow: list[int]) -> None:
+                  code: np.ndarray, value: np.ndarray, tensor: np.ndarray, slow: list[int],
+                  crc_info: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
     """Group records by the bytes after wall_time/step and read each group's values at once.
 
     Within one rest length, the first record is decoded to find where its float value
@@ -271,6 +310,8 @@ def _decode_rests(buf: bytes, ap: np.ndarray, rows: np.ndarray, r: np.ndarray, r
     Every record of a group equals the group's first record outside the slot, so (the
     slot being the payload of a fixed-width field) it has the same structure and tag.
     """
+    grp, slot_at, slot_w = crc_info
+    n_groups = int(grp.max()) + 1
     uniq, inv = np.unique(rlen, return_inverse=True)
     for k, length in enumerate(uniq.tolist()):
         sel = np.flatnonzero(inv == k)
@@ -306,6 +347,7 @@ def _decode_rests(buf: bytes, ap: np.ndarray, rows: np.ndarray, r: np.ndarray, r
                     c = cols.code(sv.tag)
                     cols.note_plugin(c, sv)
                     code[m_rows], value[m_rows], tensor[m_rows] = c, sv.value, sv.from_tensor
+                    grp[m_rows], n_groups = n_groups, n_groups + 1
                 elif vals:
                     slow.extend(m_rows.tolist())
                 continue
@@ -319,6 +361,8 @@ def _decode_rests(buf: bytes, ap: np.ndarray, rows: np.ndarray, r: np.ndarray, r
             code[m_rows] = c
             value[m_rows] = raw.view("<f4" if slot[1] == SLOT_F32 else "<f8").ravel()
             tensor[m_rows] = sv.from_tensor
+            grp[m_rows], n_groups = n_groups, n_groups + 1
+            slot_at[m_rows], slot_w[m_rows] = slot
 
 
 def _group_rows(mat: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:

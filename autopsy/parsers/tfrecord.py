@@ -24,7 +24,7 @@ import numpy as np
 try:  # a C implementation; without it only the framing is checked, not the CRCs
     from crc32c import crc32c as _crc32c
 except ImportError:  # pragma: no cover - depends on the environment
-    _crc32c = None
+    _crc32c = None  # type: ignore[assignment]
 
 HEADER = 12  # length + crc of length
 OVERHEAD = 16  # header + crc of data
@@ -214,26 +214,29 @@ def bad_data_crcs_by_reference(buf: bytes, ap: np.ndarray, p: np.ndarray, length
     lead_crc = np.zeros(len(p), np.uint32)
     mv = memoryview(buf)
     lead_crc[leads] = [_crc32c(mv[s:s + n]) for s, n in zip(p[leads].tolist(), lengths[leads].tolist(), strict=True)]
-    crc = lead_crc[ref].copy()
+    crc = lead_crc[ref]
     hw = int(head.max()) - 1
     win = np.lib.stride_tricks.sliding_window_view(ap, max(hw, 8))
-    cols = np.arange(hw)
+    len32 = lengths.astype(np.int32)
+    # Column-major (bytes x records) so every step is one long vectorised pass.
     # wall_time and step bytes: payload positions 1..head-1
-    d = win[p + 1][:, :hw] ^ win[p[ref] + 1][:, :hw]
-    d[cols >= (head - 1)[:, None]] = 0
-    dist = (lengths - 2)[:, None] - cols  # position k = col + 1 sits len - 1 - k bytes from the end
-    crc ^= np.bitwise_xor.reduce(z[dist * 256 + d], axis=1)
+    w = np.ascontiguousarray(win[p + 1][:, :hw].T)
+    d = w ^ w[:, ref]
+    d[np.arange(hw)[:, None] >= (head - 1)[None, :]] = 0
+    idx = (len32[None, :] - np.int32(2) - np.arange(hw, dtype=np.int32)[:, None]) * np.int32(256) + d
+    np.maximum(idx, 0, out=idx)  # masked columns past a short payload's end contribute z[..., 0] == 0
+    crc ^= np.bitwise_xor.reduce(z[idx], axis=0)
     # the value bytes
     has = width > 0
     if has.any():
         ww = 8
         s_rows = np.flatnonzero(has)
-        sp = p[s_rows] + slot[s_rows]
-        sr = p[ref[s_rows]] + slot[s_rows]
-        d2 = win[sp][:, :ww] ^ win[sr][:, :ww]
-        d2[np.arange(ww) >= width[s_rows][:, None]] = 0
-        dist2 = (lengths[s_rows] - 1 - slot[s_rows])[:, None] - np.arange(ww)
-        dist2 = np.maximum(dist2, 0)  # masked columns past the end contribute z[.., 0] == 0
-        crc[s_rows] ^= np.bitwise_xor.reduce(z[dist2 * 256 + d2], axis=1)
+        v = np.ascontiguousarray(win[p + slot][:, :ww].T)  # every record: the reference's bytes too
+        d2 = (v ^ v[:, ref])[:, s_rows]
+        d2[np.arange(ww)[:, None] >= width[s_rows][None, :]] = 0
+        dist2 = (len32[s_rows] - np.int32(1) - slot[s_rows].astype(np.int32))[None, :] \
+            - np.arange(ww, dtype=np.int32)[:, None]
+        idx2 = np.maximum(dist2, 0) * np.int32(256) + d2
+        crc[s_rows] ^= np.bitwise_xor.reduce(z[idx2], axis=0)
     stored = np.ascontiguousarray(win[p + lengths][:, :4]).view("<u4").ravel()
     return np.flatnonzero(_mask(crc) != stored)

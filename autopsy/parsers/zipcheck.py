@@ -25,6 +25,11 @@ def check_torch_file(path: str, fs_path: str, fd: int, size: int) -> FileCheck:
     if head[:1] == b"\x80" and len(head) >= 2 and 2 <= head[1] <= 5:
         return FileCheck(path, size, "pickle", True, note=PICKLE_NOTE)
     if head != b"PK\x03\x04":
+        if len(head) < 4 and b"PK\x03\x04".startswith(head):  # cut within the first local header
+            return FileCheck(path, size, "zip", False, f"only {size} bytes of a zip archive: the file was cut short")
+        if head == b"\0\0\0\0" and not os.pread(fd, 4096, max(0, size - 4096)).strip(b"\0"):
+            # space allocated (fallocate, a copy that died) but never written
+            return FileCheck(path, size, "other", False, "zero bytes at its start and end: never written")
         if head[:4] == b"PK\x05\x06":  # an empty zip: only the end record
             return FileCheck(path, size, "zip", False, "zip archive with no members")
         return FileCheck(path, size, "other", True, note="neither a zip archive nor a pickle; not inspected")

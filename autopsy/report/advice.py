@@ -31,6 +31,8 @@ class Advice:
     lesson: tuple[str, ...] = ()
     steps: Callable[[Finding, Report, list[Finding]], list[str]] = field(default=lambda f, r, rel: [])
     resume: bool = True  # whether "resume from the latest valid checkpoint" is sound advice
+    # Extra Root Cause paragraphs built from the facts of the findings it explains.
+    cause: Callable[[Finding, Report, list[Finding]], list[str]] = field(default=lambda f, r, rel: [])
 
 
 # ------------------------------------------------------------------ helpers on facts
@@ -107,10 +109,16 @@ def cleanup_step(report: Report) -> str | None:
 
 def limit_step(report: Report, related: list[Finding]) -> str | None:
     limit = fact(related, "save_total_limit", "limit", "configured_limit")
-    present = fact(related, "checkpoints_on_disk", "n_checkpoints", "checkpoints_present", "count")
+    present = fact([f for f in related if f.rule == "checkpoint.retention"], "count") or fact(
+        related, "checkpoints_on_disk", "n_checkpoints", "checkpoints_present")
     ev = config_line_for(report, related, "save_total_limit")
     if limit is None and ev is None:
         return None
+    section = fact(related, "limit_section_mismatch")
+    if isinstance(section, str) and ev is not None and ev.path:
+        return (f"Move {md_code((ev.excerpt or '').strip())} under {md_code(section + ':')} in {md_code(ev.path)} "
+                f"(or make the training script read the key where it is) so the trainer really gets the limit; "
+                f"{fmt_value(present)} checkpoints were on disk against a limit of {fmt_value(limit)}.")
     target = 2 if not isinstance(limit, int) or limit > 2 else 1
     now = f" (now {fmt_value(limit)}{where(ev)})" if limit is not None else where(ev)
     seen = f"; {fmt_value(present)} checkpoints were on disk, so check that old ones are really deleted" \
@@ -146,8 +154,41 @@ def _disk_full(f: Finding, r: Report, rel: list[Finding]) -> list[str]:
                  if isinstance(free, (int, float)) else None)
 
 
+def retention_cause(rel: list[Finding]) -> list[str]:
+    """The retention facts behind a full disk: count vs limit at file:line, bytes per checkpoint."""
+    ret = next((f for f in rel if f.rule == "checkpoint.retention"), None)
+    if ret is None:
+        return []
+    g = ret.facts
+    count, limit, src = g.get("count"), g.get("limit"), g.get("limit_source")
+    per, total = g.get("bytes_per_checkpoint"), g.get("checkpoint_bytes")
+    partial = g.get("count_incomplete")
+    text = f"Checkpoints were never pruned: {fmt_value(count)} complete checkpoints"
+    if isinstance(partial, int) and partial:
+        text += f" (plus {partial} partial)"
+    if isinstance(per, (int, float)) and isinstance(total, (int, float)):
+        text += f" of about {fmt_bytes(per)} each ({fmt_bytes(total)} in all)"
+    text += " were on disk"
+    if limit is not None:
+        text += f", against {md_code(f'save_total_limit: {limit}')}" + (f" at {md_code(str(src))}" if src else "")
+    text += "."
+    section = g.get("limit_section_mismatch")
+    if isinstance(section, str):
+        text += (f" The limit sits outside the {md_code(section + ':')} section that holds the other save settings, "
+                 "so a script that reads it from there never passes it to the trainer.")
+    every, every_src = g.get("save_every_steps"), g.get("save_every_source")
+    if every is not None:
+        text += f" A save every {fmt_value(every)} steps" + (f" ({md_code(str(every_src))})" if every_src else "")
+        text += " added one more checkpoint each time until the volume was full."
+    return [text]
+
+
+def _disk_full_cause(f: Finding, r: Report, rel: list[Finding]) -> list[str]:
+    return retention_cause(rel)
+
+
 def _retention(f: Finding, r: Report, rel: list[Finding]) -> list[str]:
-    forecast = fact(rel, "forecast_step", "disk_full_step")
+    forecast = fact(rel, "forecast_fill_step", "forecast_step")
     return _keep(limit_step(r, rel), cleanup_step(r),
                  f"At the current cadence the disk fills near step {fmt_value(forecast)}: act before then."
                  if forecast is not None else None)
@@ -207,7 +248,7 @@ ADVICE: Mapping[str, Advice] = {
     "disk.full": Advice("Training crash: disk full at step {step}", (
         "Checkpoints grow by the same amount at every save: budget volume size as checkpoints kept x size.",
         "Do not rely on the retention setting alone; verify the number of checkpoint directories.",
-    ), _disk_full),
+    ), _disk_full, cause=_disk_full_cause),
     "checkpoint.retention": Advice("Checkpoints exceed the retention limit at step {step}", (
         "Retention settings can fail silently; count checkpoint directories after each save.",
     ), _retention),
@@ -228,3 +269,16 @@ ADVICE: Mapping[str, Advice] = {
 
 def advice_for(rule: str) -> Advice | None:
     return ADVICE.get(rule)
+
+
+# Problems that training itself produced (dynamics, schedules, an empty log): resuming from a
+# checkpoint carries them on, so the recovery is a fix and a new run, not a resume.
+_NO_RESUME_PREFIXES = ("loss.", "lr.", "log.", "data.stall", "dist.straggler", "dist.divergence", "tokenizer.")
+
+
+def resume_advised(rule: str) -> bool:
+    """Whether "resume from the latest valid checkpoint" is sound advice for this root cause."""
+    adv = advice_for(rule)
+    if adv is not None and not adv.resume:
+        return False
+    return not rule.startswith(_NO_RESUME_PREFIXES)

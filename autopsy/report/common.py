@@ -81,6 +81,8 @@ def fmt_duration(seconds: float | None) -> str:
     """``3h 02m``, ``12m 05s``, ``40s``."""
     if seconds is None or not math.isfinite(seconds):
         return "?"
+    if 0 < seconds < 1:
+        return "under 1s"
     s = round(seconds)
     if s >= 86400:
         return f"{s // 86400}d {s % 86400 // 3600:02d}h"
@@ -167,14 +169,23 @@ def struck_at(report: Report, finding: Finding) -> str:
 
 
 def lost_work(report: Report) -> str:
-    """``1,000 steps, 1h 02m`` since the latest valid checkpoint, or ``-`` when unknown."""
+    """``1,000 steps, 1h 02m`` since the latest valid checkpoint, or ``-`` when unknown.
+
+    A time that the artifacts do not give is said to be unknown, never shown as ``0s``.
+    """
     run = report.run
-    parts = []
-    if run.steps_lost is not None:
-        parts.append(f"{run.steps_lost:,} steps")
-    if run.seconds_lost is not None:
-        parts.append(fmt_duration(run.seconds_lost))
-    return ", ".join(parts) if parts else "-"
+    if run.steps_lost is None:
+        return "-" if run.seconds_lost is None else fmt_duration(run.seconds_lost)
+    if run.steps_lost == 0:
+        return "nothing (the checkpoint is from the last step)"
+    steps = f"{run.steps_lost:,} step{'s' if run.steps_lost != 1 else ''}"
+    return f"{steps}, {fmt_duration(run.seconds_lost) if run.seconds_lost is not None else 'time unknown'}"
+
+
+def run_finished(report: Report) -> bool:
+    """The run reached its planned step count: a problem in it was not a crash that lost work."""
+    run = report.run
+    return run.max_steps is not None and run.last_step is not None and run.last_step >= run.max_steps
 
 
 def plain_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:

@@ -55,10 +55,19 @@ def _env() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        # Run-supplied text (file names too) loses ESC/control bytes before escaping; our own
+        # Markup (inlined assets, SVG) is left as it is.
+        finalize=_no_controls,
     )
     env.filters["num"] = fmt_num
     env.filters["bytes"] = fmt_bytes
     return env
+
+
+def _no_controls(value: Any) -> Any:
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return strip_terminal(value)
+    return value
 
 
 @lru_cache(maxsize=4)

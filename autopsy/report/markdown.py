@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from autopsy.model import Finding, Report, Severity
-from autopsy.report.advice import advice_for, config_evidence, resume_step
+from autopsy.report.advice import advice_for, config_evidence, resume_advised, resume_step
 from autopsy.report.common import (
     damaged_artifacts,
     failure_time,
@@ -26,6 +26,7 @@ from autopsy.report.common import (
     fmt_step,
     fmt_time,
     ordered_findings,
+    run_finished,
     unique_evidence,
 )
 from autopsy.report.sanitize import md_code, md_code_block, md_text, truncate
@@ -75,8 +76,10 @@ def root_causes(report: Report) -> list[Finding]:
     JSON and HTML reports but get no ISSUES-log entry of their own. A report whose worst
     findings are warnings (no primary) gets an entry for its worst one.
     """
-    out = []
+    out: list[Finding] = []
     for f in ordered_findings(report):
+        if any(c.rule == f.rule for c in out):
+            continue  # a second finding of the same rule (loss and grad_norm both NaN) is the same failure
         if f.primary or (f.explained_by is None and f.severity >= Severity.ERROR):
             out.append(f)
     if not out:
@@ -86,7 +89,9 @@ def root_causes(report: Report) -> list[Finding]:
 
 
 def explained(report: Report, cause: Finding) -> list[Finding]:
-    return [f for f in ordered_findings(report) if f is not cause and f.explained_by == cause.rule]
+    """The findings this root cause explains: linked to it, or other findings of its own rule."""
+    return [f for f in ordered_findings(report) if f is not cause and (
+        f.explained_by == cause.rule or (f.rule == cause.rule and f.explained_by is None))]
 
 
 def _evidence_bullet(ev: Any) -> str:
@@ -102,16 +107,45 @@ def _evidence_bullet(ev: Any) -> str:
     return f"- {loc}: " + " ".join(parts) if parts else f"- {loc}"
 
 
+def _evidence_key(ev: Any) -> tuple[Any, ...]:
+    """Two pieces of evidence that show the user the same thing (same place, or same line of text)."""
+    first = (ev.excerpt or "").strip().splitlines()[0] if (ev.excerpt or "").strip() else ""
+    if first:
+        return (ev.path, first)
+    return (ev.path, ev.line, ev.tag, ev.detail)
+
+
 def _symptoms(report: Report, cause: Finding, related: list[Finding]) -> list[str]:
-    lines = []
-    for f in [cause, *related]:
-        evs = unique_evidence(f)
-        for ev in evs[:MAX_EVIDENCE_BULLETS]:
-            lines.append(_evidence_bullet(ev))
-        if len(evs) > MAX_EVIDENCE_BULLETS:
-            lines.append(f"- … and {len(evs) - MAX_EVIDENCE_BULLETS} more locations for {md_code(f.rule)}")
-        if f is not cause:
-            lines.append(f"- {md_code(f.rule)} ({f.severity}): {md_text(f.message)}")
+    """What was observed: the cause's evidence, then each linked finding (once each, no config lines).
+
+    Config lines are not symptoms (they are cited under Root Cause and Files Changed), and a
+    linked finding's own evidence is usually its message restated: only its located lines
+    (file:line) that the cause did not already show are added.
+    """
+    lines: list[str] = []
+    seen: set[tuple[Any, ...]] = set()
+
+    def add(ev: Any) -> bool:
+        key = _evidence_key(ev)
+        if key in seen or _is_config(report, ev):
+            return False
+        seen.add(key)
+        lines.append(_evidence_bullet(ev))
+        return True
+
+    evs = unique_evidence(cause)
+    shown = 0
+    for ev in evs:
+        if shown < MAX_EVIDENCE_BULLETS and add(ev):
+            shown += 1
+    hidden = sum(1 for ev in evs if _evidence_key(ev) not in seen and not _is_config(report, ev))
+    if hidden:
+        lines.append(f"- … and {hidden} more locations for {md_code(cause.rule)}")
+    for f in related:
+        lines.append(f"- {md_code(f.rule)} ({f.severity}): {md_text(f.message)}")
+        for ev in unique_evidence(f)[:MAX_EVIDENCE_BULLETS]:
+            if ev.line is not None:
+                add(ev)
     run = report.run
     if run.last_step is not None:
         when = f" ({fmt_time(run.ended)})" if run.ended is not None else ""
@@ -127,16 +161,26 @@ def _root_cause(report: Report, cause: Finding, related: list[Finding], docs: Ma
     excerpt = next((e for e in cause.evidence if e.excerpt and not _is_config(report, e)), None)
     if excerpt is not None and excerpt.excerpt:
         lines += ["", md_code_block(excerpt.excerpt)]
+    adv = advice_for(cause.rule)
+    for para in adv.cause(cause, report, related) if adv else []:
+        lines += ["", para]
     cfg = config_evidence(report, [cause, *related])
     if cfg:
         lines += ["", "Configuration involved:"]
         lines += [f"- {md_code((e.excerpt or '').strip())} at {md_code(e.location())}" for e in cfg]
-    if cause.facts:
-        facts = "; ".join(f"{md_code(k)} = {md_text(fmt_fact(k, v))}" for k, v in sorted(cause.facts.items()))
+    shown = {k: v for k, v in sorted(cause.facts.items())
+             if v is not None and not k.endswith(_ANALYSIS_TIME_SUFFIXES)}
+    if shown:
+        facts = "; ".join(f"{md_code(k)} = {md_text(fmt_fact(k, v))}" for k, v in shown.items())
         lines += ["", f"Facts: {facts}"]
-    for f in related:
-        lines += ["", f"Linked: {md_code(f.rule)}: {md_text(f.message)}"]
+    if related:
+        names = ", ".join(md_code(f.rule) for f in related)
+        lines += ["", f"This cause also explains {names} (see Symptoms)."]
     return lines
+
+
+# Facts measured on the machine that ran autopsy, not on the run: misleading in an ISSUES log.
+_ANALYSIS_TIME_SUFFIXES = ("_now", "_at_analysis")
 
 
 def _is_config(report: Report, ev: Any) -> bool:
@@ -151,10 +195,13 @@ def _solution(report: Report, cause: Finding, related: list[Finding], docs: Mapp
     if docs.get("action"):
         action = md_text(str(docs["action"]).strip())
         steps.append(f"In general: {action}" if steps else action)
-    if (adv is None or adv.resume) and cause.severity >= Severity.ERROR:
+    if resume_advised(cause.rule) and cause.severity >= Severity.ERROR and not run_finished(report):
         step = resume_step(report)
         if step:
             steps.append(step)
+    elif run_finished(report) and cause.severity >= Severity.ERROR:
+        steps.append("The run finished with this problem in it: after the fix, train again rather than "
+                     "resuming from its checkpoints.")
     if not steps:
         steps = [f"See {md_code(f'autopsy rules explain {cause.rule}')}."]
     return [f"{i}. {s}" for i, s in enumerate(steps, 1)]

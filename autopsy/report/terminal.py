@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from autopsy.model import Evidence, Finding, Report, Severity
+from autopsy.report.advice import resume_advised
 from autopsy.report.common import (
     damaged_artifacts,
     fmt_facts,
@@ -20,6 +21,7 @@ from autopsy.report.common import (
     lost_work,
     ordered_findings,
     plain_table,
+    run_finished,
     struck_at,
     unique_evidence,
     verdict_finding,
@@ -29,6 +31,7 @@ from autopsy.report.sanitize import strip_terminal, truncate
 MAX_EVIDENCE = 5
 MAX_EXCERPT_LINES = 8
 EXCERPT_WIDTH = 160
+MESSAGE_WIDTH = 600  # a finding's message is its diagnosis: shown whole unless absurdly long
 
 _SEV_STYLE = {
     Severity.CRITICAL: "\x1b[1;31m",
@@ -98,7 +101,7 @@ def _finding_lines(report: Report, f: Finding, st: _Style) -> list[str]:
     when = struck_at(report, f)
     when = f"  {when[3:]}" if when else ""  # drop the leading "at "
     head = f"  {st.sev(f.severity, f'{f.severity.name:<8}')} {st.bold(f.rule)}{tag}{when}"
-    out = [head, f"    {_clean(f.message, 240)}"]
+    out = [head, f"    {_clean(f.message, MESSAGE_WIDTH)}"]
     evidence = unique_evidence(f)
     for ev in evidence[:MAX_EVIDENCE]:
         out += _evidence_lines(ev, st)
@@ -111,10 +114,15 @@ def _finding_lines(report: Report, f: Finding, st: _Style) -> list[str]:
 
 def _recovery_lines(report: Report) -> list[str]:
     run = report.run
-    if not report.findings or (run.latest_valid_checkpoint is None and run.resume_hint is None
-                                and run.last_step is None):
+    top = verdict_finding(report)
+    if top is None or (run.latest_valid_checkpoint is None and run.resume_hint is None and run.last_step is None):
         return []  # nothing failed (or nothing known): no recovery to advise
     out = ["Recovery"]
+    if run_finished(report):
+        out.append(f"  the run finished its planned steps ({fmt_step(report)}): no work was lost to a crash")
+        if not resume_advised(top.rule):
+            out.append(f"  the trained model carries {top.rule}: fix it and train again rather than resume")
+        return out
     if run.latest_valid_checkpoint:
         step = f" (step {run.latest_valid_step:,})" if run.latest_valid_step is not None else ""
         out.append(f"  latest valid checkpoint: {strip_terminal(run.latest_valid_checkpoint, one_line=True)}{step}")
@@ -122,7 +130,11 @@ def _recovery_lines(report: Report) -> list[str]:
         out.append("  latest valid checkpoint: none found (a restart begins from scratch)")
     out.append(f"  last step: {fmt_step(report)}")
     out.append(f"  lost since the checkpoint: {lost_work(report)}")
-    if run.resume_hint:
+    if not resume_advised(top.rule) and run.latest_valid_checkpoint:
+        since = f" before step {top.step:,}" if top.step is not None else ""
+        out.append(f"  resuming carries {top.rule} on: fix it first, then restart from a checkpoint saved{since}"
+                   " (or from scratch)")
+    elif run.resume_hint:
         out.append(f"  resume: {strip_terminal(run.resume_hint, one_line=True)}")
     return out
 
