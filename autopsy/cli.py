@@ -10,6 +10,7 @@ import glob
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -315,11 +316,13 @@ def _guarded(fn: Any) -> Any:
 @click.option("--max-bytes-per-file", "max_bytes", callback=_size_option, default=None, metavar="SIZE",
               help="Read at most SIZE of each log or event file (e.g. 512M, 2G; default 8G); the rest is "
                    "reported as not read.")
+@click.option("--check-crc/--no-check-crc", default=False, show_default=True,
+              help="Verify the CRC of every TensorBoard record (slower; damaged records are reported).")
 @_no_color_option
 @_guarded
 def analyze(run_dirs: tuple[str, ...], fmt: str, output: str | None, select: tuple[str, ...],
             ignore: tuple[str, ...], rules_dirs: tuple[str, ...], fail_on: str, quiet: bool, github: bool,
-            append: str | None, max_bytes: int | None, no_color: bool) -> None:
+            append: str | None, max_bytes: int | None, check_crc: bool, no_color: bool) -> None:
     """Analyse one or more run directories (shell globs work, quoted or not)."""
     dirs = expand_run_dirs(run_dirs)
     from autopsy.api import analyze as api_analyze
@@ -332,7 +335,9 @@ def analyze(run_dirs: tuple[str, ...], fmt: str, output: str | None, select: tup
         select_cards(catalog.cards.values(), sel, ign, aliases=catalog.aliases)
     except ValueError as exc:
         _die(str(exc))
-    options = LoadOptions(max_bytes_per_file=max_bytes) if max_bytes else None
+    options = LoadOptions(check_crc=check_crc)
+    if max_bytes:
+        options = replace(options, max_bytes_per_file=max_bytes)
 
     reports: list[Report] = []
     worst_error = EXIT_OK
