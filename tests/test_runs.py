@@ -7,6 +7,8 @@ Expected file keys (unknown keys are an error, so a typo cannot pass):
 * ``fires``: rule ids that must fire;
 * ``not_fires``: rule ids that must not fire (the benign look-alikes of that run);
 * ``facts``: ``{rule id: {fact: value}}``, a subset one finding of that rule must carry;
+* ``explained_by``: ``{rule id: rule id}``, the precedence links that must hold (every finding of the rule);
+* ``md_entries``: how many ISSUES-log entries ``--format md`` writes (one per root cause);
 * ``only``: when true, no finding of warning or worse may fire outside ``fires``;
 * ``not_evaluated``: rule ids that must end not evaluated;
 * ``notes``: free text (what the run is, how it was made);
@@ -31,7 +33,8 @@ from conftest import FIXTURES, RUNS
 from fixture_runs import missing_mtimes, pinned_copy, pinned_now, recorded_mtimes
 
 EXPECTED = FIXTURES / "expected"
-_KEYS = frozenset({"run", "primary", "fires", "not_fires", "facts", "only", "not_evaluated", "notes", "truth"})
+_KEYS = frozenset({"run", "primary", "fires", "not_fires", "facts", "explained_by", "md_entries", "only",
+                   "not_evaluated", "notes", "truth"})
 RUN_DIRS = sorted(p for p in RUNS.iterdir() if p.is_dir()) if RUNS.is_dir() else []
 
 
@@ -89,6 +92,16 @@ def test_run(run_dir: Path, catalog, tmp_path: Path) -> None:  # type: ignore[no
         candidates = [f.facts for f in report.findings if f.rule == rule]
         if not any(facts_match(facts, c) for c in candidates):
             problems.append(f"facts: no {rule} finding has {facts!r}; got {candidates!r}")
+    for rule, cause in (exp.get("explained_by") or {}).items():
+        links = sorted({str(f.explained_by) for f in report.findings if f.rule == rule})
+        if links != [cause]:
+            problems.append(f"explained_by: {rule} should link to {cause}, got {links or 'no finding'}")
+    if "md_entries" in exp:
+        from autopsy.report.markdown import root_causes
+
+        n = len(root_causes(report))
+        if n != exp["md_entries"]:
+            problems.append(f"md_entries: expected {exp['md_entries']} ISSUES-log entries, got {n}")
     if exp.get("only"):
         allowed = set(exp.get("fires") or ())
         extra = sorted({f.rule for f in report.findings if f.severity >= Severity.WARNING} - allowed)

@@ -116,6 +116,9 @@ def _explainers(specs: tuple[PatternSpec, ...]) -> tuple[regex.Pattern[str], ...
 def _explained(tb: Traceback, explainers: Sequence[regex.Pattern[str]]) -> bool:
     lines = [exception_line(tb), *[f"{tb.exc_type}: {ln}" for ln in tb.message.splitlines()[1:12]],
              *tb.message.splitlines()[:12]]
+    if not tb.exc_type:
+        # Cut off, or flattened onto one line: the exception text may sit in the last frame's code line.
+        lines += [f.code for f in tb.frames[-2:] if f.code]
     return any(rx.search(line) for rx in explainers for line in lines)
 
 
@@ -152,6 +155,8 @@ def exception(ctx: CheckContext) -> Iterable[Finding]:
             continue
         if any(_explained(t, explainers) for t in tb_chain(tb)) or _launcher_report(tb):
             continue
+        if not tb.exc_type and not tb.frames:
+            continue  # a bare "Traceback (most recent call last):" header: nothing to report
         scan = scan_of(ctx.run, tb.path)
         if scan is not None and scan.last_step is not None and min_after > 0 \
                 and scan.last_step >= (tb.step if tb.step is not None else 0) + min_after:

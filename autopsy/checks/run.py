@@ -195,7 +195,13 @@ def _buffering_hint(run: Run) -> tuple[bool, list[Evidence], dict[str, object]]:
         return False, ev, facts
     facts["launch_uses_nohup"] = True
     facts["launch_source"] = cite(nohup)
-    ev.append(config_evidence(nohup))
+    # Show the launch line itself ("nohup python train.py ... &"), not the derived flag.
+    cmd = next((e for e in run.config_entries if e.key == "launch_command" and e.path == nohup.path
+                and e.line == nohup.line and e.text), None)
+    ev.append(Evidence(path=nohup.path, line=nohup.line, excerpt=cmd.text) if cmd is not None
+              else config_evidence(nohup))
+    if cmd is not None:
+        facts["launch_command"] = cmd.text
     buffered = unbuf is None or not as_bool(unbuf.value)
     facts["python_unbuffered"] = False if buffered else True
     if unbuf is not None:

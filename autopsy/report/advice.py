@@ -189,9 +189,12 @@ def _disk_full_cause(f: Finding, r: Report, rel: list[Finding]) -> list[str]:
 
 def _retention(f: Finding, r: Report, rel: list[Finding]) -> list[str]:
     forecast = fact(rel, "forecast_fill_step", "forecast_step")
+    planned = r.run.max_steps
+    # A fill step far beyond the planned end is no threat to this run: not worth a step.
+    soon = isinstance(forecast, int) and (planned is None or forecast <= 2 * planned)
     return _keep(limit_step(r, rel), cleanup_step(r),
                  f"At the current cadence the disk fills near step {fmt_value(forecast)}: act before then."
-                 if forecast is not None else None)
+                 if soon else None)
 
 
 def _oom_cuda(f: Finding, r: Report, rel: list[Finding]) -> list[str]:
@@ -226,7 +229,9 @@ def _nonfinite(f: Finding, r: Report, rel: list[Finding]) -> list[str]:
         f"before the first non-finite step {first:,})." if before and isinstance(first, int)
         and run.latest_valid_step is not None else
         f"Resume from a checkpoint saved before step {fmt_value(first)}, not from one after it."
-        if first is not None else None,
+        if first is not None and run.latest_valid_checkpoint else
+        f"No checkpoint was found: once fixed, train again from scratch (nothing after step {fmt_value(first)} "
+        "is usable)." if first is not None else None,
         f"Lower the learning rate{where(lr_ev)} or lengthen warmup.",
         f"Clip gradients ({md_code('max_grad_norm: 1.0')}{where(clip)}).",
         "Prefer bf16 over fp16 when the hardware has it; fp16 overflows at 65504.",

@@ -145,6 +145,10 @@ def fmt_fact(name: str, v: Any) -> str:
     """Facts whose name says bytes are shown in GB/MB; the rest by type."""
     if "bytes" in name and isinstance(v, (int, float)) and not isinstance(v, bool):
         return fmt_bytes(v)
+    # Unix times (an mtime, a wall time) read as dates, not as 1.8e+09.
+    if (name.endswith(("mtime", "_time", "_wall_time")) and isinstance(v, float) and math.isfinite(v)
+            and v > 1e8):
+        return fmt_time(v)
     return fmt_value(v)
 
 

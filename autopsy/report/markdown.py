@@ -34,6 +34,7 @@ from autopsy.report.sanitize import md_code, md_code_block, md_text, truncate
 STATUS_IN_PROGRESS = "⏳ IN PROGRESS"
 ENTRY_SEPARATOR = "\n---\n\n"
 MAX_EVIDENCE_BULLETS = 5
+MAX_RELATED_BULLETS = 2  # per linked finding: its message says most of it
 FINGERPRINT_LABEL = "autopsy fingerprint"
 
 
@@ -119,8 +120,8 @@ def _symptoms(report: Report, cause: Finding, related: list[Finding]) -> list[st
     """What was observed: the cause's evidence, then each linked finding (once each, no config lines).
 
     Config lines are not symptoms (they are cited under Root Cause and Files Changed), and a
-    linked finding's own evidence is usually its message restated: only its located lines
-    (file:line) that the cause did not already show are added.
+    linked finding's own evidence is often its message restated: only a few pieces that the
+    message does not already say and the cause did not already show are added.
     """
     lines: list[str] = []
     seen: set[tuple[Any, ...]] = set()
@@ -143,9 +144,13 @@ def _symptoms(report: Report, cause: Finding, related: list[Finding]) -> list[st
         lines.append(f"- … and {hidden} more locations for {md_code(cause.rule)}")
     for f in related:
         lines.append(f"- {md_code(f.rule)} ({f.severity}): {md_text(f.message)}")
-        for ev in unique_evidence(f)[:MAX_EVIDENCE_BULLETS]:
-            if ev.line is not None:
-                add(ev)
+        extra = 0
+        for ev in unique_evidence(f):
+            if extra >= MAX_RELATED_BULLETS:
+                break
+            restated = bool(ev.detail) and ev.line is None and ev.detail in f.message
+            if not restated and add(ev):
+                extra += 1
     run = report.run
     if run.last_step is not None:
         when = f" ({fmt_time(run.ended)})" if run.ended is not None else ""

@@ -121,7 +121,8 @@ def _recovery_lines(report: Report) -> list[str]:
     if run_finished(report):
         out.append(f"  the run finished its planned steps ({fmt_step(report)}): no work was lost to a crash")
         if not resume_advised(top.rule):
-            out.append(f"  the trained model carries {top.rule}: fix it and train again rather than resume")
+            out.append(f"  the trained model carries {top.rule}: fix it, then train again (resuming keeps it)")
+            out += _restart_point(report, top)
         return out
     if run.latest_valid_checkpoint:
         step = f" (step {run.latest_valid_step:,})" if run.latest_valid_step is not None else ""
@@ -130,13 +131,24 @@ def _recovery_lines(report: Report) -> list[str]:
         out.append("  latest valid checkpoint: none found (a restart begins from scratch)")
     out.append(f"  last step: {fmt_step(report)}")
     out.append(f"  lost since the checkpoint: {lost_work(report)}")
-    if not resume_advised(top.rule) and run.latest_valid_checkpoint:
-        since = f" before step {top.step:,}" if top.step is not None else ""
-        out.append(f"  resuming carries {top.rule} on: fix it first, then restart from a checkpoint saved{since}"
-                   " (or from scratch)")
+    if not resume_advised(top.rule):
+        since = f" from a checkpoint saved before step {top.step:,} (or from scratch)" if top.step is not None else ""
+        out.append(f"  fix {top.rule} before restarting{since}: resuming as it is repeats the problem")
+        out += _restart_point(report, top)
     elif run.resume_hint:
         out.append(f"  resume: {strip_terminal(run.resume_hint, one_line=True)}")
     return out
+
+
+def _restart_point(report: Report, top: Finding) -> list[str]:
+    """A checkpoint saved before the problem began is a sound restart point once it is fixed."""
+    run = report.run
+    if run.latest_valid_checkpoint is None or run.latest_valid_step is None or top.step is None:
+        return []
+    if run.latest_valid_step >= top.step:
+        return []
+    ckpt = strip_terminal(run.latest_valid_checkpoint, one_line=True)
+    return [f"  {ckpt} (step {run.latest_valid_step:,}) predates it (step {top.step:,}): once fixed, restart from there rather than from scratch"]
 
 
 def render_terminal(report: Report, *, color: bool = False) -> str:
