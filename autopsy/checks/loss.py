@@ -97,7 +97,7 @@ def nonfinite(ctx: CheckContext) -> Iterable[Finding]:
                     else f"; {n_bad} of {len(s)} points are non-finite")
         msg = f"{s.metric} became {value} at step {step} ({s.where}){trend}{tail}."
         ev = [s.evidence(step=int(s.steps[lo]), step_end=step,
-                         excerpt=", ".join(f"{st}: {v}" for st, v in [*before, [step, value]]))]
+                         excerpt=", ".join(f"step {st}: {_num(v)}" for st, v in [*before, [step, value]]))]
         out.append(ctx.finding(msg, key=f"loss.nonfinite:{s.metric}", facts=facts, evidence=ev,
                                severity=severity, step=step, wall_time=_wall(s, first)))
     return out
@@ -159,7 +159,8 @@ def spike(ctx: CheckContext) -> Iterable[Finding]:
         msg = (f"{len(events)} {used.metric} spikes (worst {worst['ratio']}x its running median at step "
                f"{worst['step']}); training recovered each time, but repeated spikes precede divergence.")
         severity = Severity.WARNING
-    evidence = [used.evidence(step=int(e["step"]), excerpt=f"{used.tag}={e['value']} vs median {e['baseline']}")
+    evidence = [used.evidence(step=int(e["step"]), excerpt=f"{used.tag}={_num(e['value'])} vs median "
+                              f"{_num(e['baseline'])}")
                 for e in events[:5]]
     return [ctx.finding(msg, key=f"loss.spike:{used.metric}", facts=facts, evidence=evidence, severity=severity,
                         step=int(worst["step"]))]
@@ -332,3 +333,10 @@ def _vocab(run: Run, final: float) -> tuple[float | None, ConfigEntry | None, st
         return None, None, ""
     _, v, entry, kind = min(cands, key=lambda c: c[0])
     return v, entry, kind
+
+
+def _num(v: Any) -> str:
+    """A logged value for an excerpt: 4 significant digits (13.0013189 -> 13, 2.2153e10 -> 2.215e+10)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    return f"{v:.4g}"

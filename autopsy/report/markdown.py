@@ -148,7 +148,7 @@ def _symptoms(report: Report, cause: Finding, related: list[Finding]) -> list[st
         for ev in unique_evidence(f):
             if extra >= MAX_RELATED_BULLETS:
                 break
-            restated = bool(ev.detail) and ev.line is None and ev.detail in f.message
+            restated = ev.line is None and ev.detail is not None and ev.detail in f.message
             if not restated and add(ev):
                 extra += 1
     run = report.run
@@ -178,8 +178,9 @@ def _root_cause(report: Report, cause: Finding, related: list[Finding], docs: Ma
     if shown:
         facts = "; ".join(f"{md_code(k)} = {md_text(fmt_fact(k, v))}" for k, v in shown.items())
         lines += ["", f"Facts: {facts}"]
-    if related:
-        names = ", ".join(md_code(f.rule) for f in related)
+    others = list(dict.fromkeys(f.rule for f in related if f.rule != cause.rule))
+    if others:
+        names = ", ".join(md_code(r) for r in others)
         lines += ["", f"This cause also explains {names} (see Symptoms)."]
     return lines
 

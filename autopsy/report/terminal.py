@@ -82,11 +82,17 @@ def render_verdict(report: Report, *, color: bool = False) -> str:
     return f"{path}: {label}{when}: {_clean(top.message, 240)}"
 
 
-def _evidence_lines(ev: Evidence, st: _Style) -> list[str]:
+def _evidence_lines(ev: Evidence, st: _Style, shown: set[str] | None = None) -> list[str]:
+    """Location, detail and excerpt; an excerpt already shown for this finding is not repeated."""
     loc = strip_terminal(ev.location(), one_line=True)
     if ev.rank is not None and "rank" not in loc:
         loc += f" [rank {ev.rank}]"
     out = [f"    {st.dim(loc)}" + (f"  {_clean(ev.detail)}" if ev.detail else "")]
+    text = (ev.excerpt or "").strip()
+    if shown is not None and text:
+        if text in shown:
+            return out
+        shown.add(text)
     if ev.excerpt:
         lines = strip_terminal(ev.excerpt).strip("\n").splitlines()
         for line in lines[:MAX_EXCERPT_LINES]:
@@ -103,8 +109,9 @@ def _finding_lines(report: Report, f: Finding, st: _Style) -> list[str]:
     head = f"  {st.sev(f.severity, f'{f.severity.name:<8}')} {st.bold(f.rule)}{tag}{when}"
     out = [head, f"    {_clean(f.message, MESSAGE_WIDTH)}"]
     evidence = unique_evidence(f)
+    shown: set[str] = set()
     for ev in evidence[:MAX_EVIDENCE]:
-        out += _evidence_lines(ev, st)
+        out += _evidence_lines(ev, st, shown)
     if len(evidence) > MAX_EVIDENCE:
         out.append(f"    … {len(evidence) - MAX_EVIDENCE} more")
     if f.facts:
@@ -148,7 +155,8 @@ def _restart_point(report: Report, top: Finding) -> list[str]:
     if run.latest_valid_step >= top.step:
         return []
     ckpt = strip_terminal(run.latest_valid_checkpoint, one_line=True)
-    return [f"  {ckpt} (step {run.latest_valid_step:,}) predates it (step {top.step:,}): once fixed, restart from there rather than from scratch"]
+    return [f"  {ckpt} (step {run.latest_valid_step:,}) predates it (step {top.step:,}): once fixed, "
+            "restart from there rather than from scratch"]
 
 
 def render_terminal(report: Report, *, color: bool = False) -> str:
