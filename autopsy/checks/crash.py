@@ -276,7 +276,8 @@ def cuda_runtime(ctx: CheckContext) -> Iterable[Finding]:
 def code_shape(ctx: CheckContext) -> Iterable[Finding]:
     def message(hit: Hit, f: Mapping[str, Any], n: int) -> str:
         inside = f" in {f['frame']}" if f.get("frame") else ""
-        return f"A tensor shape mismatch crashed the run{inside}: {hit.text.strip()[:200]} ({where(hit)})."
+        return (f"A tensor shape mismatch crashed the run{rank_phrase(f)}{inside}: {hit.text.strip()[:200]} "
+                f"({where(hit)}).")
 
     def key(hit: Hit) -> str:
         tb_fn = hit.key.rsplit("/", 1)[-1]

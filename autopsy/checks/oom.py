@@ -244,7 +244,9 @@ def _host_message(facts: dict[str, Any], lead: Hit | None, confidence: Confidenc
         what = f"the {src} OOM killer" if src in ("kernel", "cgroup", "slurm", "container") else src
         rss = f"; RSS {fmt_gib(facts['rss_gib'])}" if "rss_gib" in facts else ""
         proc = f" killed {facts['process']} (pid {facts['pid']})" if "process" in facts and "pid" in facts else ""
-        return f"Host RAM ran out{at}: {what}{proc}{rss}{loc}."
+        asked = (f" could not allocate {fmt_gib(facts['requested_gib'])}" if "requested_gib" in facts
+                 and "process" not in facts else "")
+        return f"Host RAM ran out{at}: {what}{asked}{proc}{rss}{loc}."
     if confidence is Confidence.MEDIUM:
         who = f"Local rank {facts['local_rank']} was" if "local_rank" in facts else "The process was"
         seen = f"{loc[2:-1]}" if src == "SIGKILL" and loc else f"{src}{loc}"

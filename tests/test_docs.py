@@ -1,0 +1,405 @@
+"""The generated docs are current, complete, and the README's commands are real.
+
+docs/rules.md and docs/cli.md are regenerated here (in memory) and compared with the
+files, so editing a card or a ``--help`` text without ``python scripts/gen_docs.py``
+fails. Completeness is checked against sources the generator does not use (the taxonomy,
+the raw card files, click's parameter objects), so a generator bug that drops a rule or an
+option fails too. README and docs commands that start with ``autopsy `` are parsed
+against click's command objects: an option that does not exist, a bad choice, an
+unknown subcommand or a missing argument fails.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shlex
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import click
+import pytest
+import yaml
+from conftest import REPO, RULES
+
+from autopsy.cli import main as cli_main
+
+TAXONOMY = REPO.parent / "shared" / "taxonomy.md"
+_TAXONOMY_ROW = re.compile(r"^\|\s*`(?P<id>[a-z_]+\.[a-z_]+)`\s*\|")
+
+
+def _load_gen_docs() -> ModuleType:
+    path = REPO / "scripts" / "gen_docs.py"
+    spec = importlib.util.spec_from_file_location("gen_docs", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gen_docs"] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+gen_docs = _load_gen_docs()
+
+
+@pytest.fixture(scope="module")
+def generated() -> dict[Path, str]:
+    return gen_docs.outputs()
+
+
+# ---------------------------------------------------------------------------- freshness
+
+
+@pytest.mark.parametrize("name", ["rules.md", "cli.md"])
+def test_generated_docs_are_current(generated: dict[Path, str], name: str) -> None:
+    path = REPO / "docs" / name
+    assert path in generated
+    assert path.is_file(), f"docs/{name} is missing: run python scripts/gen_docs.py"
+    if path.read_text(encoding="utf-8") != generated[path]:
+        pytest.fail(f"docs/{name} is stale: run python scripts/gen_docs.py\n{gen_docs.diff(path, generated[path])}")
+
+
+def test_generation_is_deterministic(generated: dict[Path, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # A narrow terminal must not reflow the --help text in docs/cli.md.
+    monkeypatch.setenv("COLUMNS", "40")
+    assert gen_docs.render_cli() == generated[gen_docs.CLI_MD]
+    assert gen_docs.render_rules(gen_docs.load_card_docs()) == generated[gen_docs.RULES_MD]
+
+
+def test_check_mode_exit_codes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    rules_md, cli_md = tmp_path / "rules.md", tmp_path / "cli.md"
+    monkeypatch.setattr(gen_docs, "RULES_MD", rules_md)
+    monkeypatch.setattr(gen_docs, "CLI_MD", cli_md)
+    monkeypatch.setattr(gen_docs, "REPO", tmp_path)
+    assert gen_docs.main(["--check"]) == 1  # missing files are stale
+    assert not rules_md.exists()  # --check writes nothing
+    assert gen_docs.main([]) == 0
+    assert gen_docs.main(["--check"]) == 0
+    cli_md.write_text(cli_md.read_text(encoding="utf-8").replace("--fail-on", "--fail-when"), encoding="utf-8")
+    assert gen_docs.main(["--check"]) == 1
+    assert "cli.md is stale" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------- docs/rules.md
+
+
+def _rule_sections(text: str) -> dict[str, str]:
+    """rule id -> its section of docs/rules.md (from its anchor to the next one)."""
+    parts = re.split(r'^<a id="([^"]+)"></a>$', text, flags=re.M)
+    return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
+
+
+def _card_files() -> dict[str, dict[str, object]]:
+    """id -> raw YAML of every card file (read directly, so a card the loader refuses still counts)."""
+    out = {}
+    for path in sorted(p for p in RULES.rglob("*") if p.suffix in (".yaml", ".yml")):
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        assert isinstance(data, dict) and isinstance(data.get("id"), str), f"{path}: no id"
+        out[data["id"]] = data
+    return out
+
+
+def test_every_taxonomy_id_has_a_section(generated: dict[Path, str]) -> None:
+    if not TAXONOMY.is_file():
+        pytest.skip(f"taxonomy not found at {TAXONOMY} (it lives in ../shared beside the repo)")
+    ids = [m["id"] for line in TAXONOMY.read_text(encoding="utf-8").splitlines() if (m := _TAXONOMY_ROW.match(line))]
+    assert len(ids) >= 30, f"parsed only {len(ids)} ids from {TAXONOMY}"
+    sections = _rule_sections(generated[gen_docs.RULES_MD])
+    missing = sorted(set(ids) - set(sections))
+    assert not missing, f"taxonomy ids without a section in docs/rules.md: {missing}"
+
+
+def test_every_card_has_a_complete_section(generated: dict[Path, str]) -> None:
+    sections = _rule_sections(generated[gen_docs.RULES_MD])
+    cards = _card_files()
+    assert set(cards) <= set(sections), f"cards without a section: {sorted(set(cards) - set(sections))}"
+    for cid, card in cards.items():
+        section = sections[cid]
+        assert f"### `{cid}`: " in section, cid
+        docs = card.get("docs") or {}
+        assert isinstance(docs, dict)
+        for heading, key in (("Why it matters", "why"), ("How to confirm", "confirm"), ("What to do", "action"),
+                             ("Known false positives", "false_positives"), ("References", "references")):
+            if docs.get(key):
+                assert f"#### {heading}" in section, f"{cid}: no {heading!r}"
+        for ref in docs.get("references") or []:
+            assert str(ref) in section, f"{cid}: reference {ref} not shown"
+        for name in card.get("params") or {}:
+            assert f"| `{name}` |" in section, f"{cid}: param {name} not documented"
+        match = card.get("match") or {}
+        assert isinstance(match, dict)
+        for group in ("any", "all", "none"):
+            for pattern in match.get(group) or []:
+                assert f"- `{pattern['name']}`" in section, f"{cid}: pattern {pattern['name']} not documented"
+                comment = gen_docs.md_text(" ".join(str(pattern["comment"]).split()))
+                assert comment in section, f"{cid}: the comment of pattern {pattern['name']} is not shown"
+        for other in (*(card.get("supersedes") or []), *(card.get("explains") or [])):
+            assert f"`{other}`" in section, f"{cid}: precedence over {other} not shown"
+
+
+def test_thresholds_show_values_and_notes(generated: dict[Path, str]) -> None:
+    section = _rule_sections(generated[gen_docs.RULES_MD])["loss.plateau"]
+    assert "| `min_points` | `20` | finite loss points needed |" in section
+    # every param of every card says what it means (a comment in the card, or the shared glossary)
+    for cid, text in _rule_sections(generated[gen_docs.RULES_MD]).items():
+        for row in re.findall(r"^\| `[a-z_0-9]+` \| .* \|$", text, flags=re.M):
+            assert not row.endswith("|  |"), f"{cid}: a param without its meaning: {row}"
+
+
+def test_markdown_escaping() -> None:
+    assert gen_docs.md_text("see <pid> and `<pid>` and __init__") == "see &lt;pid> and `<pid>` and \\_\\_init\\_\\_"
+    assert gen_docs.md_text("vocab_size 0.1 + 0.9 * cosine") == "vocab_size 0.1 + 0.9 \\* cosine"
+    assert gen_docs.yaml_value([1, "a b"]) == "[1, a b]"
+    assert gen_docs.yaml_value("x") == "x"
+
+
+def test_yaml_notes_read_comments() -> None:
+    params, top = gen_docs.yaml_notes("params:\n  a: 1  # one\n  # above b\n  b: [x, y]   # list\n  c: 3\n"
+                                      "# why\nexplains: [x.y]\n")
+    assert params == {"a": "one", "b": "above b list"}
+    assert top == {"explains": "why"}
+
+
+# --------------------------------------------------------------------------- docs/cli.md
+
+
+def _commands() -> Iterator[tuple[tuple[str, ...], click.Command]]:
+    yield from gen_docs.iter_commands(cli_main)
+
+
+def test_every_command_and_option_is_in_cli_md(generated: dict[Path, str]) -> None:
+    text = generated[gen_docs.CLI_MD]
+    parts = re.split(r'^<a id="([^"]+)"></a>$', text, flags=re.M)
+    sections = {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
+    paths = [p for p, _ in _commands()]
+    wanted = {("autopsy",), ("autopsy", "analyze"), ("autopsy", "report"), ("autopsy", "rules", "list"),
+              ("autopsy", "rules", "explain")}
+    assert wanted <= set(paths)
+    for path, cmd in _commands():
+        anchor = gen_docs.cli_anchor(path)
+        assert anchor in sections, f"{' '.join(path)} has no section in docs/cli.md"
+        section = sections[anchor]
+        for param in cmd.get_params(click.Context(cmd, info_name=path[-1])):
+            if getattr(param, "hidden", False):
+                continue
+            if isinstance(param, click.Option):
+                for opt in (*param.opts, *param.secondary_opts):
+                    assert re.search(rf"(?<![\w-]){re.escape(opt)}(?![\w-])", section), \
+                        f"{' '.join(path)} {opt} is not in docs/cli.md"
+            elif isinstance(param, click.Argument):
+                assert (param.metavar or param.name or "").upper() in section.upper(), (path, param.name)
+
+
+# --------------------------------------------------------------- commands in README/docs
+
+
+class CommandError(AssertionError):
+    pass
+
+
+def _option_map(cmd: click.Command) -> dict[str, click.Parameter]:
+    out: dict[str, click.Parameter] = {}
+    for param in cmd.get_params(click.Context(cmd)):
+        if isinstance(param, click.Option):
+            for opt in (*param.opts, *param.secondary_opts):
+                out[opt] = param
+    return out
+
+
+def _takes_value(param: click.Parameter) -> bool:
+    return isinstance(param, click.Option) and not param.is_flag and not param.count
+
+
+def _check_value(opt: str, param: click.Parameter, value: str) -> None:
+    if isinstance(param.type, click.Choice):
+        choices = [str(c) for c in param.type.choices]
+        ok = value in choices or (not param.type.case_sensitive and value.lower() in (c.lower() for c in choices))
+        if not ok:
+            raise CommandError(f"{opt} {value!r} is not one of {choices}")
+
+
+def validate_command(tokens: list[str]) -> None:
+    """Walk ``autopsy ...`` tokens through click's command tree; raise CommandError when
+    an option, subcommand, choice or argument count would make click refuse the command."""
+    assert tokens and tokens[0] == "autopsy"
+    cmd: click.Command = cli_main
+    i, positionals, options_done = 1, [], False
+    while i < len(tokens):
+        tok = tokens[i]
+        if isinstance(cmd, click.Group) and not tok.startswith("-"):
+            sub = cmd.commands.get(tok)
+            if sub is None:
+                raise CommandError(f"no such command {tok!r} (have {sorted(cmd.commands)})")
+            cmd, i = sub, i + 1
+            continue
+        if tok == "--" and not options_done:
+            options_done, i = True, i + 1
+            continue
+        if tok.startswith("-") and len(tok) > 1 and not options_done:
+            options = _option_map(cmd)
+            name, eq, inline = tok.partition("=")
+            if name not in options and not name.startswith("--") and len(name) > 2:
+                # a cluster of short flags: -qV; every one but the last must be a flag
+                for k, letter in enumerate(name[1:]):
+                    p = options.get(f"-{letter}")
+                    if p is None:
+                        raise CommandError(f"{cmd.name}: no such option -{letter} (in {tok})")
+                    if _takes_value(p) and k < len(name) - 2:
+                        raise CommandError(f"{cmd.name}: -{letter} takes a value (in {tok})")
+                i += 1
+                continue
+            param = options.get(name)
+            if param is None:
+                raise CommandError(f"autopsy {cmd.name}: no such option {name}")
+            if _takes_value(param):
+                if eq:
+                    value = inline
+                elif i + 1 < len(tokens):
+                    value, i = tokens[i + 1], i + 1
+                else:
+                    raise CommandError(f"{name} needs a value")
+                _check_value(name, param, value)
+            elif eq:
+                raise CommandError(f"{name} is a flag and takes no value")
+            i += 1
+            continue
+        positionals.append(tok)
+        i += 1
+    if isinstance(cmd, click.Group):
+        if not positionals and "--help" not in tokens and "-h" not in tokens and "--version" not in tokens:
+            raise CommandError(f"{cmd.name}: missing subcommand")
+        return
+    if "--help" in tokens or "-h" in tokens:
+        return
+    args = [p for p in cmd.params if isinstance(p, click.Argument)]
+    left = len(positionals)
+    for arg in args:
+        if arg.nargs == -1:
+            if arg.required and left < 1:
+                raise CommandError(f"{cmd.name}: missing {arg.human_readable_name}")
+            left = 0
+        else:
+            if left < arg.nargs and arg.required:
+                raise CommandError(f"{cmd.name}: missing {arg.human_readable_name}")
+            left = max(0, left - arg.nargs)
+    if left:
+        raise CommandError(f"{cmd.name}: unexpected extra arguments {positionals[-left:]}")
+
+
+_SHELL_FENCE = re.compile(r"^(?P<fence>```|~~~)\s*(?P<lang>[\w-]*)\s*$")
+_SHELL_LANGS = {"", "bash", "sh", "shell", "console", "zsh", "text"}
+_INLINE_CODE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
+_SEPARATORS = {"&&", "||", ";", "|", "&"}
+_REDIRECTS = {">", ">>", "<", "2>", "2>>", "&>"}
+
+
+def shell_commands(text: str) -> Iterator[tuple[int, list[str]]]:
+    """(line number, tokens) of every ``autopsy ...`` command in the markdown's shell
+    blocks (after ``&&``/``;``/``|``, ``$`` prompts, continuations and comments) and in
+    inline code spans that start with ``autopsy ``."""
+    lines = text.splitlines()
+    in_block, lang = False, ""
+    pending, start = "", 0
+    for n, line in enumerate(lines, 1):
+        fence = _SHELL_FENCE.match(line.strip())
+        if fence:
+            in_block, lang = (not in_block, fence["lang"]) if not in_block else (False, "")
+            continue
+        if in_block:
+            if lang.lower() not in _SHELL_LANGS:
+                continue
+            body = re.sub(r"^\s*\$\s+", "", line)
+            if not pending:
+                start = n
+            if body.rstrip().endswith("\\"):
+                pending += body.rstrip()[:-1] + " "
+                continue
+            yield from _segments(start, pending + body)
+            pending = ""
+        else:
+            for m in _INLINE_CODE.finditer(line):
+                if m.group(1).startswith("autopsy "):
+                    yield from _segments(n, m.group(1))
+
+
+def _segments(lineno: int, command: str) -> Iterator[tuple[int, list[str]]]:
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    lexer.commenters = "#"
+    try:
+        tokens = list(lexer)
+    except ValueError:  # an unbalanced quote in prose-like text: not a command we can check
+        return
+    segment: list[str] = []
+    skip_next = False
+    for tok in [*tokens, ";"]:
+        if skip_next:
+            skip_next = False
+            continue
+        if tok in _REDIRECTS:
+            skip_next = True
+            continue
+        if tok in _SEPARATORS:
+            if segment and segment[0] == "autopsy":
+                yield lineno, segment
+            segment = []
+            continue
+        segment.append(tok)
+
+
+def _doc_files() -> list[Path]:
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def test_readme_has_checkable_examples() -> None:
+    found = list(shell_commands((REPO / "README.md").read_text(encoding="utf-8")))
+    assert len(found) >= 5, "README should show autopsy commands in bash blocks"
+    assert any(tokens[:2] == ["autopsy", "analyze"] for _, tokens in found)
+
+
+@pytest.mark.parametrize("path", _doc_files(), ids=lambda p: p.name)
+def test_commands_in_docs_use_real_options(path: Path) -> None:
+    if not path.is_file():
+        pytest.skip(f"{path.name} not present")
+    problems = []
+    for lineno, tokens in shell_commands(path.read_text(encoding="utf-8")):
+        try:
+            validate_command(tokens)
+        except CommandError as exc:
+            problems.append(f"{path.name}:{lineno}: `{shlex.join(tokens)}`: {exc}")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("command, error", [
+    ("autopsy analyze runs/x --formats json", "no such option --formats"),
+    ("autopsy analyze runs/x --format yaml", "is not one of"),
+    ("autopsy analyze --quiet", "missing"),
+    ("autopsy rules explian disk.full", "no such command"),
+    ("autopsy rules explain", "missing"),
+    ("autopsy rules list extra", "unexpected extra"),
+    ("autopsy report a.json b.json", "unexpected extra"),
+    ("autopsy analyze runs/x --quiet=yes", "takes no value"),
+    ("autopsy analyze runs/x -qz", "no such option -z"),
+])
+def test_validator_catches_wrong_commands(command: str, error: str) -> None:
+    with pytest.raises(CommandError, match=error):
+        validate_command(shlex.split(command))
+
+
+def test_validator_accepts_real_commands_and_splits_shell_lines() -> None:
+    md = ("```bash\n$ pip install . && autopsy analyze runs/a --format=json -o r.json  # note\n"
+          "autopsy analyze runs/b \\\n  --fail-on ERROR --no-check-crc -q > out.txt\n```\n"
+          "Run `autopsy rules explain oom.cuda` or `autopsy report r.json --format md`.\n"
+          "```python\nautopsy --bogus\n```\n")
+    found = list(shell_commands(md))
+    assert [t for _, t in found] == [
+        ["autopsy", "analyze", "runs/a", "--format=json", "-o", "r.json"],
+        ["autopsy", "analyze", "runs/b", "--fail-on", "ERROR", "--no-check-crc", "-q"],
+        ["autopsy", "rules", "explain", "oom.cuda"],
+        ["autopsy", "report", "r.json", "--format", "md"],
+    ]
+    assert [n for n, _ in found] == [2, 3, 5, 5]
+    for _, tokens in found:
+        validate_command(tokens)
