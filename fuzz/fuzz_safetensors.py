@@ -30,4 +30,5 @@ def test_one(data: bytes) -> None:
 
 
 if __name__ == "__main__":
+    atheris.instrument_all()  # instrument_imports alone left the header checker uninstrumented (cov 35)
     run(test_one)

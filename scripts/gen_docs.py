@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # the package is not installed in the dev venv: import it from the checkout
     sys.path.insert(0, str(REPO))
 
+from autopsy.checks.common import CONTEXT_PREFIX  # noqa: E402
 from autopsy.engine.loader import load_dir  # noqa: E402
 from autopsy.engine.types import Card, Pattern  # noqa: E402
 
@@ -69,6 +70,10 @@ MATCH_GROUPS = (
     ("all", "All of these must match in the same file, within `window_lines` of each other"),
     ("none", "Suppressors: a hit is dropped when one of these matches in the same file"),
 )
+
+
+class GenDocsError(RuntimeError):
+    """The docs cannot be generated (a refused card, a failing --help); main() exits 2."""
 
 
 # ------------------------------------------------------------------------ card reading
@@ -134,11 +139,11 @@ def yaml_notes(text: str) -> tuple[dict[str, str], dict[str, str]]:
 
 
 def load_card_docs(rules_dir: Path = RULES_DIR) -> list[CardDoc]:
-    """Every card under ``rules_dir``, sorted by id. Raises SystemExit on a refused card:
+    """Every card under ``rules_dir``, sorted by id. Raises GenDocsError on a refused card:
     docs generated from a partial catalog would silently drop a rule."""
     cards, errors = load_dir(rules_dir, display_root=REPO)
     if errors:
-        raise SystemExit("gen_docs: refusing to document a catalog with broken cards:\n"
+        raise GenDocsError("refusing to document a catalog with broken cards:\n"
                          + "\n".join(f"  {e}" for e in errors))
     out = []
     for cid in sorted(cards):
@@ -221,9 +226,11 @@ def _patterns_section(card: Card) -> list[str]:
         return []
     m = card.match
     out = ["#### Log patterns", ""]
-    window = (f"`window_lines: {m.window_lines}`" if m.window_lines
-              else "`window_lines: 0` (anywhere in the file)")
-    out += [f"Matched line by line after rank prefixes and ANSI codes are stripped; {window}.", ""]
+    intro = "Matched line by line, after rank prefixes (`[rank3]:`, `0: `) and ANSI codes are stripped"
+    if m.all or m.none:  # the window only matters when patterns are combined
+        intro += (f"; `window_lines: {m.window_lines}`" if m.window_lines
+                  else "; `window_lines: 0` (anywhere in the same file)")
+    out += [intro + ".", ""]
     for group, meaning in MATCH_GROUPS:
         patterns: tuple[Pattern, ...] = getattr(m, group)
         if not patterns:
@@ -231,6 +238,8 @@ def _patterns_section(card: Card) -> list[str]:
         out += [f"{code(group + ':')} {meaning}:", ""]
         for p in patterns:
             flags = " (case-insensitive)" if p.ignore_case else ""
+            if card.check and p.name.startswith(CONTEXT_PREFIX):
+                flags += " (context for the check: never fires the rule alone)"
             out.append(f"- {code(p.name)}{flags}: {md_text(' '.join(p.comment.split()))}")
             out += ["", *fenced(p.regex, "regex", indent="  "), ""]
     if card.samples_match:
@@ -246,7 +255,8 @@ def _params_section(doc: CardDoc) -> list[str]:
     if not params:
         return []
     out = ["#### Thresholds", "",
-           f"`params:` of the card; a card with the same id in `--rules DIR` overrides them.", "",
+           "`params:` of the card. To change one, copy the card into your `--rules DIR` (a card with the "
+           "same id replaces the built-in one) and edit the value.", "",
            "| param | value | meaning |", "|---|---|---|"]
     for name in params:  # card order: a note often reads on from the one above ("or wall time lost...")
         value = code(yaml_value(params[name])).replace("|", "\\|")
@@ -363,7 +373,7 @@ def command_help(path: Sequence[str]) -> str:
     result = runner.invoke(main, [*path[1:], "--help"], prog_name=path[0], terminal_width=DOC_WIDTH,
                            max_content_width=DOC_WIDTH, color=False)
     if result.exit_code != 0:
-        raise SystemExit(f"gen_docs: `{' '.join(path)} --help` exited {result.exit_code}:\n{result.output}")
+        raise GenDocsError(f"`{' '.join(path)} --help` exited {result.exit_code}:\n{result.output}")
     return "\n".join(line.rstrip() for line in result.output.splitlines()).strip("\n")
 
 
@@ -407,15 +417,26 @@ def diff(path: Path, text: str, limit: int = 40) -> str:
     return "\n".join(lines[:limit]) + more
 
 
+def _shown(path: Path) -> str:
+    try:
+        return path.relative_to(REPO).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--check", action="store_true", help="exit 1 when a generated file is stale; write nothing")
     args = parser.parse_args(argv)
-    files = outputs()
+    try:
+        files = outputs()
+    except GenDocsError as exc:
+        print(f"gen_docs: {exc}", file=sys.stderr)
+        return 2
     changed = stale(files)
     if args.check:
         for path in changed:
-            print(f"{path.relative_to(REPO)} is stale: run python scripts/gen_docs.py\n{diff(path, files[path])}",
+            print(f"{_shown(path)} is stale: run python scripts/gen_docs.py\n{diff(path, files[path])}",
                   file=sys.stderr)
         return 1 if changed else 0
     for path in changed:
@@ -423,7 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_text(files[path], encoding="utf-8")
         os.replace(tmp, path)  # readers (the docs test running beside us) never see half a file
-        print(f"wrote {path.relative_to(REPO)}")
+        print(f"wrote {_shown(path)}")
     return 0
 
 

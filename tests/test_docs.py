@@ -18,11 +18,13 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import click
 import pytest
 import yaml
 from conftest import REPO, RULES
+from doc_commands import CommandError, option_map, shell_commands, shell_commands_full, validate_command
 
 from autopsy.cli import main as cli_main
 
@@ -72,7 +74,6 @@ def test_check_mode_exit_codes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     rules_md, cli_md = tmp_path / "rules.md", tmp_path / "cli.md"
     monkeypatch.setattr(gen_docs, "RULES_MD", rules_md)
     monkeypatch.setattr(gen_docs, "CLI_MD", cli_md)
-    monkeypatch.setattr(gen_docs, "REPO", tmp_path)
     assert gen_docs.main(["--check"]) == 1  # missing files are stale
     assert not rules_md.exists()  # --check writes nothing
     assert gen_docs.main([]) == 0
@@ -80,6 +81,21 @@ def test_check_mode_exit_codes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     cli_md.write_text(cli_md.read_text(encoding="utf-8").replace("--fail-on", "--fail-when"), encoding="utf-8")
     assert gen_docs.main(["--check"]) == 1
     assert "cli.md is stale" in capsys.readouterr().err
+
+
+def test_broken_card_refuses_generation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    # Docs from a partial catalog would silently drop a rule: refuse (exit 2) instead.
+    bad = tmp_path / "rules" / "oom"
+    bad.mkdir(parents=True)
+    (bad / "cuda.yaml").write_text("id: oom.cuda\ntitle: x\nseverity: fatal\n", encoding="utf-8")
+    original = gen_docs.load_card_docs
+    monkeypatch.setattr(gen_docs, "load_card_docs", lambda: original(tmp_path / "rules"))
+    monkeypatch.setattr(gen_docs, "RULES_MD", tmp_path / "rules.md")
+    monkeypatch.setattr(gen_docs, "CLI_MD", tmp_path / "cli.md")
+    assert gen_docs.main([]) == 2
+    assert "broken cards" in capsys.readouterr().err
+    assert not (tmp_path / "rules.md").exists()
 
 
 # ------------------------------------------------------------------------- docs/rules.md
@@ -91,7 +107,7 @@ def _rule_sections(text: str) -> dict[str, str]:
     return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
 
 
-def _card_files() -> dict[str, dict[str, object]]:
+def _card_files() -> dict[str, dict[str, Any]]:
     """id -> raw YAML of every card file (read directly, so a card the loader refuses still counts)."""
     out = {}
     for path in sorted(p for p in RULES.rglob("*") if p.suffix in (".yaml", ".yml")):
@@ -195,160 +211,6 @@ def test_every_command_and_option_is_in_cli_md(generated: dict[Path, str]) -> No
 # --------------------------------------------------------------- commands in README/docs
 
 
-class CommandError(AssertionError):
-    pass
-
-
-def _option_map(cmd: click.Command) -> dict[str, click.Parameter]:
-    out: dict[str, click.Parameter] = {}
-    for param in cmd.get_params(click.Context(cmd)):
-        if isinstance(param, click.Option):
-            for opt in (*param.opts, *param.secondary_opts):
-                out[opt] = param
-    return out
-
-
-def _takes_value(param: click.Parameter) -> bool:
-    return isinstance(param, click.Option) and not param.is_flag and not param.count
-
-
-def _check_value(opt: str, param: click.Parameter, value: str) -> None:
-    if isinstance(param.type, click.Choice):
-        choices = [str(c) for c in param.type.choices]
-        ok = value in choices or (not param.type.case_sensitive and value.lower() in (c.lower() for c in choices))
-        if not ok:
-            raise CommandError(f"{opt} {value!r} is not one of {choices}")
-
-
-def validate_command(tokens: list[str]) -> None:
-    """Walk ``autopsy ...`` tokens through click's command tree; raise CommandError when
-    an option, subcommand, choice or argument count would make click refuse the command."""
-    assert tokens and tokens[0] == "autopsy"
-    cmd: click.Command = cli_main
-    i, positionals, options_done = 1, [], False
-    while i < len(tokens):
-        tok = tokens[i]
-        if isinstance(cmd, click.Group) and not tok.startswith("-"):
-            sub = cmd.commands.get(tok)
-            if sub is None:
-                raise CommandError(f"no such command {tok!r} (have {sorted(cmd.commands)})")
-            cmd, i = sub, i + 1
-            continue
-        if tok == "--" and not options_done:
-            options_done, i = True, i + 1
-            continue
-        if tok.startswith("-") and len(tok) > 1 and not options_done:
-            options = _option_map(cmd)
-            name, eq, inline = tok.partition("=")
-            if name not in options and not name.startswith("--") and len(name) > 2:
-                # a cluster of short flags: -qV; every one but the last must be a flag
-                for k, letter in enumerate(name[1:]):
-                    p = options.get(f"-{letter}")
-                    if p is None:
-                        raise CommandError(f"{cmd.name}: no such option -{letter} (in {tok})")
-                    if _takes_value(p) and k < len(name) - 2:
-                        raise CommandError(f"{cmd.name}: -{letter} takes a value (in {tok})")
-                i += 1
-                continue
-            param = options.get(name)
-            if param is None:
-                raise CommandError(f"autopsy {cmd.name}: no such option {name}")
-            if _takes_value(param):
-                if eq:
-                    value = inline
-                elif i + 1 < len(tokens):
-                    value, i = tokens[i + 1], i + 1
-                else:
-                    raise CommandError(f"{name} needs a value")
-                _check_value(name, param, value)
-            elif eq:
-                raise CommandError(f"{name} is a flag and takes no value")
-            i += 1
-            continue
-        positionals.append(tok)
-        i += 1
-    if isinstance(cmd, click.Group):
-        if not positionals and "--help" not in tokens and "-h" not in tokens and "--version" not in tokens:
-            raise CommandError(f"{cmd.name}: missing subcommand")
-        return
-    if "--help" in tokens or "-h" in tokens:
-        return
-    args = [p for p in cmd.params if isinstance(p, click.Argument)]
-    left = len(positionals)
-    for arg in args:
-        if arg.nargs == -1:
-            if arg.required and left < 1:
-                raise CommandError(f"{cmd.name}: missing {arg.human_readable_name}")
-            left = 0
-        else:
-            if left < arg.nargs and arg.required:
-                raise CommandError(f"{cmd.name}: missing {arg.human_readable_name}")
-            left = max(0, left - arg.nargs)
-    if left:
-        raise CommandError(f"{cmd.name}: unexpected extra arguments {positionals[-left:]}")
-
-
-_SHELL_FENCE = re.compile(r"^(?P<fence>```|~~~)\s*(?P<lang>[\w-]*)\s*$")
-_SHELL_LANGS = {"", "bash", "sh", "shell", "console", "zsh", "text"}
-_INLINE_CODE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
-_SEPARATORS = {"&&", "||", ";", "|", "&"}
-_REDIRECTS = {">", ">>", "<", "2>", "2>>", "&>"}
-
-
-def shell_commands(text: str) -> Iterator[tuple[int, list[str]]]:
-    """(line number, tokens) of every ``autopsy ...`` command in the markdown's shell
-    blocks (after ``&&``/``;``/``|``, ``$`` prompts, continuations and comments) and in
-    inline code spans that start with ``autopsy ``."""
-    lines = text.splitlines()
-    in_block, lang = False, ""
-    pending, start = "", 0
-    for n, line in enumerate(lines, 1):
-        fence = _SHELL_FENCE.match(line.strip())
-        if fence:
-            in_block, lang = (not in_block, fence["lang"]) if not in_block else (False, "")
-            continue
-        if in_block:
-            if lang.lower() not in _SHELL_LANGS:
-                continue
-            body = re.sub(r"^\s*\$\s+", "", line)
-            if not pending:
-                start = n
-            if body.rstrip().endswith("\\"):
-                pending += body.rstrip()[:-1] + " "
-                continue
-            yield from _segments(start, pending + body)
-            pending = ""
-        else:
-            for m in _INLINE_CODE.finditer(line):
-                if m.group(1).startswith("autopsy "):
-                    yield from _segments(n, m.group(1))
-
-
-def _segments(lineno: int, command: str) -> Iterator[tuple[int, list[str]]]:
-    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
-    lexer.commenters = "#"
-    try:
-        tokens = list(lexer)
-    except ValueError:  # an unbalanced quote in prose-like text: not a command we can check
-        return
-    segment: list[str] = []
-    skip_next = False
-    for tok in [*tokens, ";"]:
-        if skip_next:
-            skip_next = False
-            continue
-        if tok in _REDIRECTS:
-            skip_next = True
-            continue
-        if tok in _SEPARATORS:
-            if segment and segment[0] == "autopsy":
-                yield lineno, segment
-            segment = []
-            continue
-        segment.append(tok)
-
-
 def _doc_files() -> list[Path]:
     return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
@@ -364,9 +226,9 @@ def test_commands_in_docs_use_real_options(path: Path) -> None:
     if not path.is_file():
         pytest.skip(f"{path.name} not present")
     problems = []
-    for lineno, tokens in shell_commands(path.read_text(encoding="utf-8")):
+    for lineno, tokens, partial in shell_commands_full(path.read_text(encoding="utf-8")):
         try:
-            validate_command(tokens)
+            validate_command(tokens, partial=partial)
         except CommandError as exc:
             problems.append(f"{path.name}:{lineno}: `{shlex.join(tokens)}`: {exc}")
     assert not problems, "\n".join(problems)
@@ -400,6 +262,17 @@ def test_validator_accepts_real_commands_and_splits_shell_lines() -> None:
         ["autopsy", "rules", "explain", "oom.cuda"],
         ["autopsy", "report", "r.json", "--format", "md"],
     ]
-    assert [n for n, _ in found] == [2, 3, 5, 5]
+    assert [n for n, _ in found] == [2, 3, 6, 6]
+    assert [partial for _, _, partial in shell_commands_full(md)] == [False, False, True, True]
     for _, tokens in found:
         validate_command(tokens)
+
+
+def test_options_named_in_readme_prose_exist() -> None:
+    """`--max-bytes-per-file SIZE` in a README sentence must be an option of some command.
+    (README only: docs/ also quote other programs' options, --requeue, --resume_from_checkpoint.)"""
+    path = REPO / "README.md"
+    known = {opt for _, cmd in _commands() for opt in option_map(cmd)}
+    named = {m.group(1).split("=")[0] for m in re.finditer(r"`(--[a-z][\w-]*)[^`]*`", path.read_text(encoding="utf-8"))}
+    unknown = sorted(named - known)
+    assert not unknown, f"{path.name} names options no command has: {unknown}"
