@@ -45,7 +45,7 @@ def test_every_run_dir_has_an_expectation() -> None:
         f"without expectation: {sorted(dirs - set(_EXPECTED))}; without run dir: {sorted(set(_EXPECTED) - dirs)}")
     for name, exp in _EXPECTED.items():
         assert set(exp) <= _KEYS, f"{name}: unknown keys {sorted(set(exp) - _KEYS)}"
-        assert "@" in str(exp.get("source", "")), f"{name}: source must be 'owner/repo path@commit'"
+        assert "@" in str(exp.get("source", "")), f"{name}: source must be 'owner/repo path@commit' (or url@date)"
         assert exp.get("fires") or exp.get("not_fires"), f"{name}: an expectation must assert something"
         assert not set(exp.get("fires") or ()) & set(exp.get("not_fires") or ()), name
 
