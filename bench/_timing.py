@@ -21,19 +21,22 @@ rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 t = time.perf_counter()
 {code}
 dt = time.perf_counter() - t
+{after}
 print("@@RESULT@@" + json.dumps({{"seconds": dt, "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
       "rss_before": rss0, "info": globals().get("info")}}))
 """
 
 
-def run_snippet(code: str, *, setup: str = "", repeat: int = 5, timeout: float = 900) -> dict[str, Any] | None:
+def run_snippet(code: str, *, setup: str = "", after: str = "", repeat: int = 5,
+                timeout: float = 900) -> dict[str, Any] | None:
     """Median seconds (and max peak RSS) of ``code`` over ``repeat`` fresh processes.
 
     ``setup`` runs before the clock starts (imports the reference tool needs, so both
-    sides are timed without import cost); the snippet may set ``info`` (JSON-able) to
-    report counts. Returns None (and prints why) if the snippet fails.
+    sides are timed without import cost); ``after`` runs once it stopped and may set
+    ``info`` (JSON-able) to report counts (so may the snippet, when that is cheap).
+    Returns None (and prints why) if the snippet fails.
     """
-    src = _RUNNER.format(root=str(ROOT), bench=str(ROOT / "bench"), setup=setup, code=code)
+    src = _RUNNER.format(root=str(ROOT), bench=str(ROOT / "bench"), setup=setup, code=code, after=after)
     times: list[float] = []
     rss: list[int] = []
     info: Any = None

@@ -49,21 +49,6 @@ NEEDS_MEANING = {
     "config": "configs and launch scripts (flattened key/value)",
     "artifacts": "the file listing: sizes, mtimes, parse status",
 }
-# Meanings of params that many checks share, used when the card has no comment beside the
-# param (a comment in the card wins). Each was read off the check code that uses it.
-COMMON_PARAM_NOTES = {
-    "progress_after_steps": "a matching line followed by at least this many more logged training steps in the same "
-                            "log was caught and recovered from, and is not reported",
-    "batch_size_keys": "config keys read, in this order of preference, for the batch_size fact",
-    "seq_len_keys": "config keys read, in this order of preference, for the seq_len fact",
-    "max_position_keys": "config keys read, in this order of preference, for the max_position_embeddings fact",
-    "vocab_keys": "config keys that give the model's vocabulary size",
-    "world_size_keys": "config keys that give the world size, used to name ranks that never reached the collective",
-    "max_missing_ranks": "ranks missing from the timeout reports are named as suspects only when at most this many",
-    "ignore_exception_types": "exception types never reported (an interrupt or a deliberate exit is not a crash)",
-    "frames_after_lines": "lines read after the fatal-error line to collect faulthandler's Python frames",
-    "shm_markers": "a no-space line that mentions one of these is about shared memory (see data.worker), not the disk",
-}
 SECTION_TITLES = (("why", "Why it matters"), ("confirm", "How to confirm"), ("action", "What to do"))
 MATCH_GROUPS = (
     ("any", "A line matching any one of these is a hit"),
@@ -215,9 +200,11 @@ def _kind(card: Card) -> str:
 
 
 def _param_note(doc: CardDoc, name: str) -> str:
-    note = doc.param_notes.get(name) or COMMON_PARAM_NOTES.get(name, "")
-    if not note and name == "max_findings":
-        note = "at most this many findings reported one by one"
+    """The comment beside (or above) a param in its card: the only place its meaning and unit live."""
+    note = doc.param_notes.get(name, "")
+    if not note:
+        raise GenDocsError(f"{doc.card.source}: params.{name} has no comment saying what it means and its unit "
+                           "(write it after the value: `name: 3  # steps: ...`, or on the line above)")
     return note
 
 

@@ -7,8 +7,12 @@ default severity), docs sections filled, regexes compile with named groups only,
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import re
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import regex
@@ -101,3 +105,154 @@ def test_generic_rules_supersede_nothing_specific() -> None:
         card = cat.cards.get(rid)
         if card is not None:
             assert not card.supersedes, f"{rid} is generic and must not supersede {card.supersedes}"
+
+
+def _edges() -> dict[str, set[str]]:
+    """rule id -> the ids it supersedes or explains (both say "nearer the cause than")."""
+    cat = load_catalog()
+    return {c.id: set(c.supersedes) | set(c.explains) for c in cat.cards.values()}
+
+
+def test_precedence_names_only_loaded_cards() -> None:
+    cat = load_catalog()
+    known = set(cat.cards)
+    bad = sorted((cid, ref) for cid, refs in _edges().items() for ref in refs if ref not in known or ref == cid)
+    assert not bad, f"supersedes/explains name an unknown id (use the id, not an alias) or the card itself: {bad}"
+
+
+def test_precedence_has_no_contradictions() -> None:
+    """A over B and B over A (directly or through a chain) leaves the engine to guess the root cause."""
+    edges = _edges()
+    mutual = sorted((a, b) for a, targets in edges.items() for b in targets if a < b and a in edges.get(b, ()))
+    assert not mutual, f"cards that each claim to be nearer the cause than the other: {mutual}"
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    cycles: list[list[str]] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append([*path[path.index(nxt):], nxt])
+            elif nxt not in state:
+                visit(nxt, path)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node, [])
+    assert not cycles, "precedence cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def top_level_alternatives(pattern: str) -> list[int]:
+    """Offsets of ``|`` outside every group and character class (escapes skipped).
+
+    One card item is one alternative: wording variants of one program's message may
+    alternate inside a group, but texts printed by different programs are separate items,
+    each with its own comment naming the program.
+    """
+    out: list[int] = []
+    depth = 0
+    class_depth = 0  # the regex module's V1 syntax nests classes ([[a-z]--[aeiou]])
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if class_depth:
+            if c == "[":
+                class_depth += 1
+            elif c == "]":
+                class_depth -= 1
+        elif c == "[":
+            class_depth = 1
+            j = i + 1
+            if pattern[j:j + 1] == "^":
+                j += 1
+            if pattern[j:j + 1] == "]":  # a leading ] is a literal member
+                j += 1
+            i = j
+            continue
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth = max(depth - 1, 0)
+        elif c == "|" and depth == 0:
+            out.append(i)
+        i += 1
+    return out
+
+
+@pytest.mark.parametrize(("pattern", "expected"), [
+    ("a|b", [1]), (r"(?:a|b)c", []), (r"[|]x", []), (r"\|x", []), (r"[]|]|x", [4]), (r"[^]|]x", []),
+    (r"(?P<g>a|b)|c", [10]), (r"[\]|]x", []), (r"(?i:a|b)", []), ("[[a|]--[b]]x", []),
+])
+def test_top_level_alternatives_scanner(pattern: str, expected: list[int]) -> None:
+    assert top_level_alternatives(pattern) == expected
+
+
+@pytest.mark.parametrize("path", CARD_FILES, ids=_ids(CARD_FILES))
+def test_one_alternative_per_pattern_item(path: Path) -> None:
+    card = load_card_file(path, path.relative_to(REPO).as_posix())
+    bad = {p.name: p.regex for p in card.patterns if top_level_alternatives(p.regex)}
+    assert not bad, ("split top-level alternatives into separate items (one per program, each with its comment), "
+                     f"or group wording variants of one message: {bad}")
+
+
+@pytest.mark.parametrize("path", CARD_FILES, ids=_ids(CARD_FILES))
+def test_check_that_picks_patterns_by_name_names_them_all(path: Path) -> None:
+    """A check that selects its card's patterns by name must name every one: a pattern added to
+    the card but not to the check's list would load, pass its samples, and never fire."""
+    import importlib
+    import inspect
+
+    card = load_card_file(path, path.relative_to(REPO).as_posix())
+    if card.check is None or card.match is None:
+        return
+    module_name, _, fn_name = card.check.partition(":")
+    module = importlib.import_module(module_name)
+    body = inspect.getsource(getattr(module, fn_name))
+    if "ctx.hits.items()" in body or "hits_of(ctx)" in body or ("line_rule(" in body and "names=" not in body):
+        return  # takes every pattern of its card
+    source = inspect.getsource(module)
+    named = [p.name for p in card.patterns if f'"{p.name}"' in source]
+    missing = [p.name for p in card.patterns if p.name not in named]
+    assert not missing, f"{card.check} picks patterns by name: {named}, but never names {missing}"
+
+
+@functools.cache
+def _gen_docs() -> ModuleType:
+    """scripts/gen_docs.py, whose comment reader makes the params table of docs/rules.md."""
+    if "gen_docs" in sys.modules:
+        return sys.modules["gen_docs"]
+    spec = importlib.util.spec_from_file_location("gen_docs", REPO / "scripts" / "gen_docs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gen_docs"] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("path", CARD_FILES, ids=_ids(CARD_FILES))
+def test_every_param_has_a_comment(path: Path) -> None:
+    """Thresholds are documented where they are set: a comment beside each param (or just above it)
+    says what it means and in which unit; docs/rules.md is generated from those comments."""
+    card = load_card_file(path, path.relative_to(REPO).as_posix())
+    notes, _ = _gen_docs().yaml_notes(path.read_text(encoding="utf-8"))
+    missing = [name for name in card.params if len(notes.get(name, "").split()) < 3]
+    assert not missing, f"params without a comment saying what they mean and their unit: {missing}"
+
+
+@pytest.mark.parametrize("path", CARD_FILES, ids=_ids(CARD_FILES))
+def test_every_pattern_has_a_sample(path: Path) -> None:
+    """Each pattern item is exercised by at least one samples.match line (the loader runs them), so a
+    regex edit that breaks one program's wording fails at load time, not in the field."""
+    card = load_card_file(path, path.relative_to(REPO).as_posix())
+    unsampled = []
+    for p in card.patterns:
+        compiled = regex.compile(p.regex, regex.IGNORECASE if p.ignore_case else 0)
+        if not any(compiled.search(s) for s in card.samples_match):
+            unsampled.append(p.name)
+    assert not unsampled, f"patterns no samples.match line exercises: {unsampled}"

@@ -121,3 +121,25 @@ def test_peer_comm_error_on_another_rank_is_explained_by_the_ranks_own_crash() -
     # the same rank, or unknown ranks: not linked by rank (the cards decide)
     same = replace(comm, facts={"ranks": [1]})
     assert {f.rule: f for f in apply_precedence([same, shape], cat)}["dist.comm"].explained_by is None
+
+
+def test_crash_on_one_rank_explains_timeouts_the_others_print() -> None:
+    """dist.timeout supersedes crash.exception on the same rank; across ranks the crash is the cause."""
+    cat = cards(card("dist.timeout", supersedes=["crash.exception", "crash.segfault"]), card("crash.exception"),
+                card("crash.segfault"))
+    crash = replace(finding("crash.exception", confidence=Confidence.MEDIUM, wall_time=30),
+                    facts={"ranks": [3]})
+    timeout = replace(finding("dist.timeout", wall_time=10), facts={"waiting_ranks": [0, 1, 2]})
+    out = {f.rule: f for f in apply_precedence([timeout, crash], cat)}
+    assert out["crash.exception"].primary and out["dist.timeout"].explained_by == "crash.exception"
+    segv = replace(finding("crash.segfault", wall_time=30), facts={"ranks": [3], "rank": 3})
+    out = {f.rule: f for f in apply_precedence([timeout, segv], cat)}
+    assert out["crash.segfault"].primary and out["dist.timeout"].explained_by == "crash.segfault"
+    # The same rank (the watchdog's own traceback / abort), or a rank unknown: the timeout is the cause.
+    for facts in ({"ranks": [1]}, {}):
+        out = {f.rule: f for f in apply_precedence([timeout, replace(crash, facts=facts)], cat)}
+        assert out["dist.timeout"].primary and out["crash.exception"].explained_by == "dist.timeout"
+    # A traceback cut off before its exception line (low confidence) may be the timeout itself.
+    cut = replace(crash, confidence=Confidence.LOW)
+    out = {f.rule: f for f in apply_precedence([timeout, cut], cat)}
+    assert out["dist.timeout"].primary and out["crash.exception"].explained_by == "dist.timeout"

@@ -105,10 +105,16 @@ def group_float(hit: Hit, name: str) -> float | None:
 
 
 def hits_of(ctx: CheckContext, *names: str) -> list[Hit]:
-    """The kept hits of these patterns (all non-context patterns when none given), file then line order."""
+    """The kept hits of these patterns (all non-context patterns when none given), file then line order.
+
+    One hit per line: a line that two patterns match ("[Errno 122] Disk quota exceeded") is one
+    event; the pattern listed first (in ``names``, else card order) keeps it.
+    """
     wanted = names or tuple(n for n in ctx.hits if not n.startswith(CONTEXT_PREFIX))
-    out = [h for n in wanted for h in ctx.hits.get(n, ())]
-    return sorted({(h.path, h.lineno, h.key): h for h in out}.values(), key=lambda h: (h.path, h.lineno))
+    out: dict[tuple[str, int], Hit] = {}
+    for h in (h for n in wanted for h in ctx.hits.get(n, ())):
+        out.setdefault((h.path, h.lineno), h)
+    return sorted(out.values(), key=lambda h: (h.path, h.lineno))
 
 
 def earliest(hits: Sequence[Hit]) -> Hit:

@@ -93,7 +93,8 @@ def segfault(ctx: CheckContext) -> Iterable[Finding]:
     def skip(hit: Hit) -> bool:
         return any(m in hit.text for m in _WORKER_MARKERS)
 
-    return line_rule(ctx, names=("fatal_python", "segfault", "bus_error", "signal_line", "exit_139"),
+    return line_rule(ctx, names=("fatal_python", "segfault", "segfault_zsh", "bus_error", "signal_line",
+                                           "caught_signal", "exit_139", "elastic_exitcode"),
                      message=message, facts=facts, key=key, skip=skip)
 
 
@@ -266,7 +267,8 @@ def cuda_runtime(ctx: CheckContext) -> Iterable[Finding]:
     def key(hit: Hit) -> str:
         return str(group(hit, "xid") or group(hit, "status") or group(hit, "error") or normalise_key(hit.text))
 
-    findings.extend(line_rule(ctx, names=("illegal_access", "cublas_failure", "cudnn_failure", "xid", "ecc"),
+    findings.extend(line_rule(ctx, names=("illegal_access", "cublas_failure", "cudnn_failure", "xid",
+                                                 "fallen_off_bus", "ecc", "ecc_double_bit"),
                               message=message, facts=facts_of, key=key))
     return findings
 
@@ -352,7 +354,7 @@ def data_worker(ctx: CheckContext) -> Iterable[Finding]:
         at = f" at step {f['step']}" if "step" in f else ""
         return f"A DataLoader worker died: {why}{at}{rank_phrase(f)} ({where(hit)})."
 
-    return line_rule(ctx, names=("killed_by_signal", "shm_bus_error", "shm_write", "loader_timeout",
+    return line_rule(ctx, names=("killed_by_signal", "shm_bus_error", "shm_killed_hint", "shm_write", "loader_timeout",
                                  "exited_unexpectedly"),
                      message=message, facts=facts, key=cause)
 

@@ -45,7 +45,12 @@ _SAVERS = (
     ("_save", "checkpoint (torch.save)"),
     ("save", "checkpoint (torch.save)"),
 )
-_FIRING = ("enospc", "errno_28", "quota", "safetensors_io", "stream_writer")
+# Patterns that fire the rule; the quota ones alone make it a quota error, the torch zip writer's
+# alone (no errno in the text) lower the confidence.
+_QUOTA = frozenset({"quota", "quota_errno", "quota_edquot"})
+_STREAM_WRITER = frozenset({"stream_writer", "stream_writer_pos"})
+_FIRING = ("enospc", "errno_28", "rust_os_error_28", "enospc_name", *sorted(_QUOTA), "safetensors_io",
+           *sorted(_STREAM_WRITER))
 
 
 def _what_from_frames(tb: Traceback | None) -> tuple[str | None, str | None]:
@@ -78,8 +83,8 @@ def full(ctx: CheckContext) -> Iterable[Finding]:
     lead = earliest(hits)
     names = {n for n in _FIRING for h in ctx.hits.get(n, ()) if h in hits}
     facts: dict[str, Any] = {"count": len(hits)}
-    facts["error"] = "quota" if names == {"quota"} else "ENOSPC"
-    confidence = Confidence.MEDIUM if names <= {"stream_writer"} else Confidence.HIGH
+    facts["error"] = "quota" if names <= _QUOTA else "ENOSPC"
+    confidence = Confidence.MEDIUM if names <= _STREAM_WRITER else Confidence.HIGH
     path = next((group(h, "path") for h in hits if group(h, "path")), None)
     tb = traceback_at(ctx.run, lead)
     what, frame = _what_from_frames(tb)

@@ -149,11 +149,14 @@ def comm(ctx: CheckContext) -> Iterable[Finding]:
         return f"Distributed communication failed: {err}{peer}{rank_phrase(f)} ({where(hit)})."
 
     def key(hit: Hit) -> str:
+        if group(hit, "timeout_s") is not None or group(hit, "timeout_ms") is not None:
+            return normalise_key("store_connect_timeout")  # one failure, two torch versions' wording
         return normalise_key(str(group(hit, "error") or group(hit, "nccl_code") or group(hit, "reason")
                                  or hit.key.rsplit("/", 1)[-1]))
 
-    return line_rule(ctx, names=("nccl_error_in", "nccl_error", "nccl_code", "ib_completion", "peer_closed",
-                                 "rendezvous_connect", "store_connect_timeout", "rendezvous_error"),
+    return line_rule(ctx, names=("nccl_error_in", "nccl_error", "nccl_aborted", "nccl_code", "ib_completion",
+                                 "peer_closed", "rendezvous_connect", "store_connect_timeout", "client_socket_timeout",
+                                 "rendezvous_error", "dist_network_error"),
                      message=message, facts=facts, key=key, skip=skip)
 
 

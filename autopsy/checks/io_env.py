@@ -20,7 +20,7 @@ _WARNING_MARKERS = ("Warning:", "WARNING", "warnings.warn", "[W ")
 
 
 def _path_of(hit: Hit) -> str | None:
-    for name in ("path", "file", "file2", "tokenizer", "ckpt"):
+    for name in ("path", "file", "tokenizer"):
         value = group(hit, name)
         if value:
             return value
@@ -46,7 +46,9 @@ def not_found(ctx: CheckContext) -> Iterable[Finding]:
     def skip(hit: Hit) -> bool:
         return any(m in hit.text for m in _WARNING_MARKERS) or "cannot open shared object file" in hit.text
 
-    return line_rule(ctx, names=("checkpoint_not_found", "hf_missing_file", "hf_repo_not_found", "file_not_found",
+    return line_rule(ctx, names=("checkpoint_not_found", "lightning_ckpt_not_found", "hf_missing_file",
+                                 "hf_no_file_in_dir", "hf_repo_not_found", "hf_repository_error",
+                                 "tokenizer_not_found", "file_not_found",
                                  "errno_2", "python_cannot_open", "shell_not_found"),
                      message=message, facts=facts, key=key, skip=skip)
 
@@ -109,8 +111,10 @@ def env_import(ctx: CheckContext) -> Iterable[Finding]:
     def skip(hit: Hit) -> bool:
         return any(m in hit.text for m in _WARNING_MARKERS)
 
-    return line_rule(ctx, names=("module_not_found", "cannot_import_name", "undefined_symbol", "shared_object",
-                                 "glibcxx", "numpy_abi", "import_error"),
+    return line_rule(ctx, names=("module_not_found", "module_not_found_flattened", "cannot_import_name",
+                                 "undefined_symbol", "shared_object", "glibcxx", "numpy_abi", "cython_dtype_size",
+                                 "numpy_c_api_version",
+                                 "import_error"),
                      message=message, facts=facts, key=key, skip=skip)
 
 
@@ -152,6 +156,9 @@ def env_cuda(ctx: CheckContext) -> Iterable[Finding]:
     def key(hit: Hit) -> str:
         return str(facts(hit)["kind"])
 
-    return line_rule(ctx, names=("no_kernel_image", "driver_too_old", "not_compiled", "cuda_version_mismatch",
-                                 "no_driver", "gpu_required", "cuda_init", "arch_unsupported"),
+    return line_rule(ctx, names=("no_kernel_image", "driver_too_old", "driver_insufficient", "not_compiled",
+                                 "deserialize_on_cpu", "cuda_version_mismatch", "no_driver", "no_gpus", "devices_busy",
+                                 "no_device",
+                                 "gpu_required", "bf16_unsupported", "cuda_init", "device_count_error",
+                                 "arch_unsupported"),
                      message=message, facts=facts, key=key)

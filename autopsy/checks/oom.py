@@ -56,7 +56,7 @@ _V2_FIELDS = {
 _VARIANTS = {
     "torch2_oom": "torch_allocator", "torch1_oom": "torch_allocator", "oom_bare": "torch_allocator",
     "cuda_error_oom": "cuda_runtime", "cuda_driver_oom": "cuda_driver", "cublas_alloc": "cublas",
-    "cudnn_alloc": "cudnn", "xla_oom": "xla", "notebook_oom_header": "torch_allocator",
+    "cudnn_alloc": "cudnn", "xla_oom": "xla", "tf_oom": "tensorflow", "notebook_oom_header": "torch_allocator",
 }
 
 
@@ -158,18 +158,20 @@ def _message(facts: dict[str, Any], lead: Hit, step: int | None, cited: list[str
 # Strength of each pattern's evidence that host RAM ran out.
 _STRONG = {"kernel_oom_kill": "kernel", "cgroup_oom_kill": "cgroup", "slurm_oom_kill": "slurm",
            "srun_task_oom": "slurm", "oom_killed": "container", "memory_error": "MemoryError",
-           "numpy_alloc": "MemoryError", "bad_alloc": "std::bad_alloc", "cpu_allocator": "torch CPU allocator",
+           "numpy_alloc": "MemoryError", "bad_alloc": "std::bad_alloc", "bad_alloc_exception": "std::bad_alloc",
+           "cpu_allocator": "torch CPU allocator",
            "errno_enomem": "ENOMEM"}
-_WEAK = {"bare_killed": "Killed", "shell_killed": "Killed", "exit_137": "exit code 137",
-         "worker_killed": "DataLoader worker SIGKILL", "torchrun_sigkill": "SIGKILL"}
-_SCHEDULER_STOP = ("ctx_time_limit",)
+_WEAK = {"bare_killed": "Killed", "shell_killed": "Killed", "exit_137": "exit code 137", "ide_sigkill": "exit code 137",
+         "worker_killed": "DataLoader worker SIGKILL", "torchrun_sigkill": "SIGKILL", "spawn_sigkill": "SIGKILL",
+         "subprocess_sigkill": "SIGKILL"}
+_SCHEDULER_STOP = ("ctx_time_limit", "ctx_pbs_walltime")
 
 
 def host(ctx: CheckContext) -> Iterable[Finding]:
     """Host RAM exhaustion, from certain (kill lines, MemoryError) down to likely (Killed, 137, SIGKILL)."""
     min_after = int(ctx.params.get("progress_after_steps", 2))
-    strong = [h for n in _STRONG for h in ctx.hits.get(n, ()) if not recovered(ctx.run, h, min_after)]
-    weak = [h for n in _WEAK for h in ctx.hits.get(n, ()) if not recovered(ctx.run, h, min_after)]
+    strong = _one_per_line(h for n in _STRONG for h in ctx.hits.get(n, ()) if not recovered(ctx.run, h, min_after))
+    weak = _one_per_line(h for n in _WEAK for h in ctx.hits.get(n, ()) if not recovered(ctx.run, h, min_after))
     codes = [(p, c) for p, c in ctx.run.exit_codes if c in (137, -9)]
     sigkilled = [cf for cf in ctx.run.all_child_failures
                  if (cf.exitcode == -9) or (cf.signal or "").upper() in ("SIGKILL", "9")]
@@ -228,6 +230,14 @@ def host(ctx: CheckContext) -> Iterable[Finding]:
     key = f"oom.host:{facts['source']}"
     return [ctx.finding(msg, key=key, facts=facts, evidence=evidence, confidence=confidence, step=step,
                         wall_time=lead.wall_time if lead is not None else None)]
+
+
+def _one_per_line(hits: Iterable[Hit]) -> list[Hit]:
+    """The first hit of each log line: one line may match two patterns (exit code 137 and SIGKILL)."""
+    out: dict[tuple[str, int], Hit] = {}
+    for h in hits:
+        out.setdefault((h.path, h.lineno), h)
+    return list(out.values())
 
 
 def _name_of(ctx: CheckContext, hit: Hit | None) -> str | None:

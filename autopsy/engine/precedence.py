@@ -15,6 +15,12 @@ explains links to it: the traceback or the "rank exited" line is the same death;
 collective timeouts and communication errors on *other* ranks than the primary's (the
 survivors' view of a peer that died).
 
+The cards' edges from those peer consequences (``dist.timeout`` supersedes ``crash.exception``)
+hold on the same rank or when ranks are unknown: the timeout's own traceback or abort follows
+it. When both sides name their ranks and they are disjoint, the edge turns round: a critical
+crash of known type on rank 3 explains the timeouts ranks 0-2 print while waiting for it (a
+card cannot say "on other ranks", so this is the one rank-aware rule here).
+
 The output order is deterministic: primary, severity desc, rule id, fingerprint.
 """
 
@@ -25,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from autopsy.engine.types import Card
-from autopsy.model import Finding, Severity
+from autopsy.model import Confidence, Finding, Severity
 
 GENERIC_RULES = frozenset({"crash.exception", "dist.rank_failure", "run.incomplete"})
 # What the surviving ranks print when a peer dies: a collective that times out, a connection
@@ -60,12 +66,17 @@ def apply_precedence(findings: Sequence[Finding], cards: Mapping[str, Card]) -> 
         return ()
     graph = explains_graph(cards)
     fired = {f.rule for f in findings}
+    rule_ranks = _rule_ranks(findings)
     explainers: dict[str, list[str]] = {}
     for src, targets in graph.items():
         if src not in fired:
             continue
         for t in targets:
-            if t in fired:
+            if t not in fired:
+                continue
+            if _peer_echo(src, t, findings, rule_ranks):
+                explainers.setdefault(src, []).append(t)  # turned round: t's crash on another rank
+            else:
                 explainers.setdefault(t, []).append(src)
 
     ranked = sorted(findings, key=lambda f: _rank_key(f, cards))
@@ -104,12 +115,45 @@ def apply_precedence(findings: Sequence[Finding], cards: Mapping[str, Card]) -> 
     return tuple(out)
 
 
+def _rule_ranks(findings: Sequence[Finding]) -> dict[str, set[int] | None]:
+    """rule id -> the ranks all its findings happened on; None when one of them has no rank facts."""
+    out: dict[str, set[int] | None] = {}
+    for f in findings:
+        ranks = _ranks(f)
+        if not ranks:
+            out[f.rule] = None
+        elif f.rule not in out:
+            out[f.rule] = set(ranks)
+        elif (known := out[f.rule]) is not None:
+            known |= ranks
+    return out
+
+
+def _peer_echo(src: str, target: str, findings: Sequence[Finding], rule_ranks: Mapping[str, set[int] | None]) -> bool:
+    """True when ``src`` (a timeout / comm error) happened only on other ranks than ``target``'s crash.
+
+    The crash must be critical and of known type (confidence above low: a traceback cut off
+    before its exception line may be the comm error itself) on every finding of its rule.
+    """
+    if src not in PEER_CONSEQUENCES or target in PEER_CONSEQUENCES:
+        return False
+    theirs, own = rule_ranks.get(src), rule_ranks.get(target)
+    if not theirs or not own or theirs & own:
+        return False
+    crashes = [f for f in findings if f.rule == target]
+    return all(f.severity >= Severity.CRITICAL and f.confidence > Confidence.LOW for f in crashes)
+
+
 def _ranks(f: Finding) -> set[int]:
-    """The ranks a finding happened on, from its ``ranks`` / ``rank`` facts (empty when unknown)."""
+    """The ranks a finding happened on, from its ``ranks`` / ``rank`` / ``waiting_ranks`` facts.
+
+    ``waiting_ranks`` are the ranks that printed a collective timeout. Empty when unknown.
+    """
     out: set[int] = set()
-    ranks = f.facts.get("ranks")
-    if isinstance(ranks, (list, tuple)):
-        out.update(r for r in ranks if isinstance(r, int) and not isinstance(r, bool))
+    for name in ("ranks", "waiting_ranks"):
+        ranks = f.facts.get(name)
+        if isinstance(ranks, (list, tuple)):
+            out.update(r for r in ranks if isinstance(r, int) and not isinstance(r, bool))
     rank = f.facts.get("rank")
     if isinstance(rank, int) and not isinstance(rank, bool):
         out.add(rank)
