@@ -157,8 +157,20 @@ def test_append_via_cli_is_idempotent(saved: Path, tmp_path: Path) -> None:
     invoke("report", str(saved), "--append", str(log))
     once = log.read_text()
     r = invoke("report", str(saved), "--append", str(log))
-    assert "0 entries appended" in r.output and "1 already there" in r.output  # type: ignore[attr-defined]
+    assert f"nothing new to append to {log} (fingerprint already present)" in r.stderr  # type: ignore[attr-defined]
     assert log.read_text() == once and once.startswith("# ISSUES\n\n---\n\n## 2025-10-24")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ISSUES.md", "disk.json"]  # no lock file left
+
+
+def test_append_messages_count_entries(saved: Path, many: Path, tmp_path: Path) -> None:
+    log = tmp_path / "ISSUES.md"
+    r = invoke("report", str(saved), "--append", str(log))
+    assert f"autopsy: 1 entry appended to {log}\n" in r.stderr  # type: ignore[attr-defined]
+    r = invoke("report", str(many), "--append", str(log))
+    assert f"1 entry appended to {log}; 1 already present" in r.stderr  # type: ignore[attr-defined]
+    log2 = tmp_path / "TWO.md"
+    r = invoke("report", str(many), "--append", str(log2))
+    assert f"2 entries appended to {log2}" in r.stderr  # type: ignore[attr-defined]
 
 
 def test_github_summary_and_annotations(saved: Path, tmp_path: Path) -> None:
@@ -191,9 +203,155 @@ def test_rules_list_and_explain() -> None:
     assert r.exit_code == 0 and r.output.startswith("oom.cuda: ") and "What to do:" in r.output  # type: ignore[attr-defined]
 
 
-def test_missing_run_among_many_exits_2_before_analysis(tmp_path: Path) -> None:
-    r = invoke("analyze", str(tmp_path), str(tmp_path / "nope"))
-    assert r.exit_code == 2 and "nope: no such directory" in r.output  # type: ignore[attr-defined]
+def _tiny_run(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "train.log").write_text("step 1 | loss 2.0\n")
+    return path
+
+
+def test_missing_run_among_many_is_skipped_and_exits_2_at_the_end(tmp_path: Path) -> None:
+    good = _tiny_run(tmp_path / "good")
+    r = invoke("analyze", str(good), str(tmp_path / "nope"), "--quiet")
+    assert r.exit_code == 2  # type: ignore[attr-defined]
+    assert r.stdout.startswith(f"{good}: ")  # type: ignore[attr-defined]  # the good run is still reported
+    assert r.stderr.count("\n") == 1 and "nope: no such directory" in r.stderr  # type: ignore[attr-defined]
+
+
+def test_file_among_runs_is_skipped_with_a_hint(tmp_path: Path) -> None:
+    good = _tiny_run(tmp_path / "good")
+    readme = tmp_path / "README.md"
+    readme.write_text("# runs\n")
+    r = invoke("analyze", str(good), str(readme), "--format", "jsonl")
+    assert r.exit_code == 2  # type: ignore[attr-defined]
+    assert [json.loads(line)["run"]["path"] for line in r.stdout.splitlines()] == [str(good)]  # type: ignore[attr-defined]
+    assert "README.md: not a directory" in r.stderr and "*/" in r.stderr  # type: ignore[attr-defined]
+
+
+def test_input_error_wins_over_fail_on(tmp_path: Path) -> None:
+    run = tmp_path / "empty"
+    run.mkdir()
+    (run / "train.log").write_text("")  # an empty log: an error-level finding
+    assert invoke("analyze", str(run), "--fail-on", "info", "-q").exit_code == 1  # type: ignore[attr-defined]
+    r = invoke("analyze", str(run), str(tmp_path / "nope"), "--fail-on", "info", "-q")
+    assert r.exit_code == 2  # type: ignore[attr-defined]
+
+
+def test_only_bad_paths_exit_2_without_output(tmp_path: Path) -> None:
+    r = invoke("analyze", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert r.exit_code == 2 and r.stdout == ""  # type: ignore[attr-defined]
+    assert r.stderr.count("no such directory") == 2  # type: ignore[attr-defined]
+
+
+def test_epilog_says_which_exit_code_wins() -> None:
+    out = invoke("analyze", "--help").output  # type: ignore[attr-defined]
+    assert "the highest code wins" in " ".join(out.split())
+
+
+BAD_CARD = """id: team.my_rule
+title: My rule
+severity: error
+confidence: high
+status: stable
+needs: [log]
+docs: {summary: s, why: w, confirm: c, action: a}
+match:
+  any:
+    - name: boom
+      comment: our trainer
+      regex: 'BOOM (?P<code>\\d+)'
+samples:
+  match: ['bang 12']
+"""
+
+
+@pytest.mark.parametrize("command", [["analyze", "{run}"], ["rules", "list"], ["rules", "explain", "oom.cuda"]])
+def test_refused_team_card_exits_2(tmp_path: Path, command: list[str]) -> None:
+    rules = tmp_path / "team"
+    (rules / "team").mkdir(parents=True)
+    (rules / "team" / "my_rule.yaml").write_text(BAD_CARD)
+    run = _tiny_run(tmp_path / "run")
+    r = invoke(*[c.format(run=run) for c in command], "--rules", str(rules))
+    assert r.exit_code == 2, r.output  # type: ignore[attr-defined]
+    assert "my_rule.yaml: samples.match[0]" in r.stderr and r.stdout == ""  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("rel", "ok"), [("team/my_rule.yaml", True), ("team.my_rule.yaml", True),
+                                         ("sub/team.my_rule.yaml", True), ("my_rule.yaml", False),
+                                         ("other/my_rule.yaml", False), ("team/other.yaml", False)])
+def test_team_card_path_must_mirror_its_id(tmp_path: Path, rel: str, ok: bool) -> None:
+    rules = tmp_path / "team_rules"
+    (rules / rel).parent.mkdir(parents=True, exist_ok=True)
+    (rules / rel).write_text(BAD_CARD.replace("bang 12", "BOOM 12"))
+    r = invoke("rules", "explain", "team.my_rule", "--rules", str(rules))
+    if ok:
+        assert r.exit_code == 0 and r.stdout.startswith("team.my_rule: My rule"), r.output  # type: ignore[attr-defined]
+    else:
+        assert r.exit_code == 2, r.output  # type: ignore[attr-defined]
+        assert f"{rel}: id: 'team.my_rule' does not match the file's path" in r.stderr  # type: ignore[attr-defined]
+        assert "team/my_rule.yaml or team.my_rule.yaml" in r.stderr  # type: ignore[attr-defined]
+
+
+def test_good_team_card_is_used_by_analyze(tmp_path: Path) -> None:
+    rules = tmp_path / "rules" / "team"
+    rules.mkdir(parents=True)
+    (rules / "my_rule.yaml").write_text(BAD_CARD.replace("bang 12", "BOOM 12"))
+    run = _tiny_run(tmp_path / "run")
+    (run / "train.log").write_text("step 1 | loss 2.0\nBOOM 42\n")
+    r = invoke("analyze", str(run), "--rules", str(tmp_path / "rules"), "--format", "json")
+    assert r.exit_code == 0, r.output  # type: ignore[attr-defined]
+    assert "team.my_rule" in [f["rule"] for f in json.loads(r.stdout)["findings"]]  # type: ignore[attr-defined]
+
+
+def test_parent_of_runs_gets_a_hint(tmp_path: Path) -> None:
+    parent = tmp_path / "runs"
+    for name in ("exp1", "exp2", "exp3"):
+        _tiny_run(parent / name)
+    (parent / "README.md").write_text("# our runs\n")
+    r = invoke("analyze", str(parent), "-q")
+    assert r.exit_code == 0  # type: ignore[attr-defined]
+    assert r.stdout.startswith(f"{parent}: ")  # type: ignore[attr-defined]  # still analysed as asked
+    assert f"{parent} holds 3 run directories; analyse them with `autopsy analyze {parent}/*/`" in r.stderr  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("layout", [
+    ["logs/train.log", "tb/events.out.tfevents.1.h"],                           # one run split in component dirs
+    ["checkpoint-10/trainer_state.json", "checkpoint-20/trainer_state.json"],   # HF output_dir
+    ["rank0/train.log", "rank1/train.log"],                                     # per-rank logs
+    ["train.log", "a/train.log", "b/train.log"],                                # a run with its own log on top
+])
+def test_single_run_layouts_get_no_hint(tmp_path: Path, layout: list[str]) -> None:
+    for rel in layout:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("step 1 | loss 2.0\n")
+    r = invoke("analyze", str(tmp_path), "-q")
+    assert "hint" not in r.stderr, r.stderr  # type: ignore[attr-defined]
+
+
+def test_progress_mode() -> None:
+    from autopsy.cli import progress_mode
+
+    assert progress_mode("text", quiet=False, tty=True, n_runs=5, large=True) == "bar"
+    assert progress_mode("text", quiet=False, tty=True, n_runs=1, large=True) == "ticker"
+    assert progress_mode("md", quiet=False, tty=True, n_runs=1, large=True) == "ticker"
+    assert progress_mode("text", quiet=False, tty=True, n_runs=1, large=False) is None
+    assert progress_mode("text", quiet=False, tty=False, n_runs=5, large=True) is None
+    assert progress_mode("text", quiet=True, tty=True, n_runs=5, large=True) is None
+    for fmt in ("json", "jsonl", "sarif", "junit", "html"):
+        assert progress_mode(fmt, quiet=False, tty=True, n_runs=5, large=True) is None
+
+
+def test_ticker_shows_elapsed_time_and_clears_its_line() -> None:
+    import io
+    import time
+
+    from autopsy.cli import Ticker
+
+    stream = io.StringIO()
+    with Ticker("runs/big", stream=stream, interval=0.01):
+        time.sleep(0.08)
+    text = stream.getvalue()
+    assert "analysing runs/big" in text and "s\r" not in text.split("\r")[0]
+    assert text.endswith("\r\x1b[K")  # the indicator leaves nothing behind on the terminal
 
 
 def test_quoted_glob_is_expanded(tmp_path: Path) -> None:
@@ -231,3 +389,19 @@ def test_ci_example_uses_real_options() -> None:
         cmd = "analyze" if "autopsy analyze" in line else "report"
         for opt in re.findall(r"(?<=\s)--?[a-z][a-z-]*", line.split(f"autopsy {cmd}", 1)[1]):
             assert opt in helps[cmd], f"{opt} used in {path.name} but not an option of autopsy {cmd}"
+
+
+def test_ci_example_installs_this_project_and_keeps_checkpoints() -> None:
+    import yaml
+
+    path = REPO / "examples" / "ci" / "github-actions.yml"
+    text = path.read_text()
+    workflow = yaml.safe_load(text)
+    runs = [step.get("run", "") for job in workflow["jobs"].values() for step in job["steps"]]
+    installs = [line for r in runs for line in r.splitlines() if "pip install" in line]
+    assert installs and all("git+https://github.com/" in line or "pip install ." in line for line in installs)
+    uploads = [step["with"]["path"] for step in workflow["jobs"]["train"]["steps"]
+               if str(step.get("uses", "")).startswith("actions/upload-artifact")]
+    assert uploads and not any("!" in p and ("safetensors" in p or ".pt" in p) for p in uploads)
+    assert any("autopsy analyze" in r and "--format html" in r for r in runs)
+    assert not any("autopsy report" in r and "--format html" in r for r in runs)

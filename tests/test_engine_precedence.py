@@ -143,3 +143,22 @@ def test_crash_on_one_rank_explains_timeouts_the_others_print() -> None:
     cut = replace(crash, confidence=Confidence.LOW)
     out = {f.rule: f for f in apply_precedence([timeout, cut], cat)}
     assert out["dist.timeout"].primary and out["crash.exception"].explained_by == "dist.timeout"
+
+
+def test_crash_on_rank3_is_primary_over_the_watchdog_timeouts_end_to_end(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The real cards and checks: rank 3's ValueError, ranks 0 and 1 time out waiting for it."""
+    import autopsy
+
+    watchdog = ("[rank{r}]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] [Rank {r}] Watchdog caught collective "
+                "operation timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=4, NumelOut=4, "
+                "Timeout(ms)=600000) ran for 600060 milliseconds before timing out.")
+    (tmp_path / "train.log").write_text("\n".join([
+        "[rank3]: Traceback (most recent call last):",
+        '[rank3]:   File "/home/u/proj/train.py", line 61, in main',
+        "[rank3]:     batch = collate(samples)",
+        '[rank3]:   File "/home/u/proj/data.py", line 14, in collate',
+        '[rank3]:     raise ValueError(f"bad record {i}")',
+        "[rank3]: ValueError: bad record 1043",
+        watchdog.format(r=0), watchdog.format(r=1), ""]), encoding="utf-8")
+    out = {f.rule: f for f in autopsy.analyze(tmp_path).findings}
+    assert out["crash.exception"].primary and out["dist.timeout"].explained_by == "crash.exception"

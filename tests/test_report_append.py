@@ -69,7 +69,30 @@ def test_failed_write_leaves_the_log_untouched(tmp_path: Path, monkeypatch: pyte
     with pytest.raises(OSError):
         append_entries(log, render_entries(samples.disk_full(), samples.CATALOG))
     assert log.read_bytes() == SEED_LOG.encode()
-    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == ["ISSUES.md"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ISSUES.md"]
     monkeypatch.undo()
     append_entries(log, render_entries(samples.disk_full(), samples.CATALOG))
     assert (log.stat().st_mode & 0o777) == 0o640  # mode kept across the rename
+
+
+def test_nothing_is_left_beside_the_log(tmp_path: Path) -> None:
+    log = tmp_path / "ISSUES.md"
+    append_entries(log, render_entries(samples.disk_full(), samples.CATALOG))
+    append_entries(log, render_entries(samples.disk_full(), samples.CATALOG))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ISSUES.md"]
+
+
+def test_concurrent_appends_lose_nothing(tmp_path: Path) -> None:
+    import threading
+
+    log = tmp_path / "ISSUES.md"
+    log.write_bytes(SEED_LOG.encode())
+    (fp, text), = render_entries(samples.nan_loss(), samples.CATALOG)
+    entries = [(f"{fp[:-12]}{i:012x}", text.replace(fp, f"{fp[:-12]}{i:012x}")) for i in range(12)]
+    threads = [threading.Thread(target=append_entries, args=(log, [e])) for e in entries]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert fingerprints_in(log.read_text()) == {e[0] for e in entries}
+    assert log.read_bytes().startswith(SEED_LOG.encode())
