@@ -71,6 +71,14 @@ def analyze(
         problems.append(f"artifacts: {type(exc).__name__}: {exc}")
         artifacts = ()
 
+    series = None
+    try:
+        from autopsy.report.display_series import collect_series
+
+        series = collect_series(run)
+    except Exception as exc:  # display data only: a bug here must not lose the diagnosis
+        problems.append(f"display series: {type(exc).__name__}: {exc}")
+
     return Report(
         run=summary,
         findings=ranked,
@@ -78,6 +86,7 @@ def analyze(
         artifacts=artifacts,
         problems=tuple(problems),
         autopsy_version=__version__,
+        series=series,
     )
 
 

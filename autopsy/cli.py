@@ -6,7 +6,6 @@ answers at once; the engine, pandas and Jinja2 are imported inside the commands.
 
 from __future__ import annotations
 
-import glob
 import os
 import sys
 from collections.abc import Sequence
@@ -17,6 +16,15 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from autopsy import __version__
+from autopsy.cli_support import (
+    MACHINE_FORMATS,
+    Ticker,
+    collect_run_dirs,
+    parent_of_runs_hint,
+    progress_mode,
+    team_card_errors,
+    work_is_large,
+)
 from autopsy.model import Report, Severity
 
 if TYPE_CHECKING:
@@ -28,18 +36,18 @@ EXIT_USAGE = 2
 EXIT_INTERNAL = 3
 
 FORMATS = ("text", "md", "json", "jsonl", "sarif", "junit", "html")
-MACHINE_FORMATS = ("json", "jsonl", "sarif", "junit", "html")
 FAIL_ON = ("none", "info", "warning", "error", "critical")
-PROGRESS_MIN_RUNS = 3
-PROGRESS_MIN_BYTES = 256 * 1024**2  # below this an analysis takes about a second: no bar
 
 EXIT_CODES_HELP = """\b
 Exit codes:
   0  analysis ran; no finding at or above --fail-on (default: never fail on findings)
   1  a finding at or above --fail-on exists (e.g. --fail-on error)
-  2  usage or input error: bad option, missing or non-directory RUN_DIR, unreadable or
-     malformed saved report, unknown --select/--ignore rule
+  2  usage or input error: bad option, missing or non-directory RUN_DIR (the other
+     runs are still analysed and reported), unreadable or malformed saved report,
+     unknown --select/--ignore rule, a --rules card refused or misnamed
   3  internal error: autopsy itself crashed on a run (the other runs are still reported)
+  When several apply, the highest code wins (3 over 2 over 1): a run that was not
+  analysed must not pass for a clean one, nor hide behind a finding.
 """
 
 
@@ -86,23 +94,13 @@ def _split_list(values: Sequence[str]) -> list[str] | None:
 
 
 def expand_run_dirs(args: Sequence[str]) -> list[str]:
-    """Keep paths as given; expand shell-style globs the shell did not (quoted, Windows)."""
-    out: list[str] = []
-    for arg in args:
-        if not os.path.exists(arg) and glob.has_magic(arg):
-            matches = sorted(glob.glob(arg))
-            if not matches:
-                _die(f"{arg}: no run directory matches this pattern")
-            out.extend(m for m in matches if os.path.isdir(m))
-            continue
-        if not os.path.exists(arg):
-            _die(f"{arg}: no such directory")
-        if not os.path.isdir(arg):
-            _die(f"{arg}: not a directory (autopsy analyses a run directory)")
-        out.append(arg)
-    if not out:
+    """The run directories of ``args``; the first bad path is an error (see collect_run_dirs)."""
+    dirs, problems = collect_run_dirs(args)
+    if problems:
+        _die(problems[0])
+    if not dirs:
         _die("no run directory to analyse")
-    return out
+    return dirs
 
 
 def _use_color(no_color: bool, output: str | None) -> bool:
@@ -121,27 +119,17 @@ def _stderr_is_tty() -> bool:
         return False
 
 
-def _work_is_large(dirs: Sequence[str]) -> bool:
-    """Many runs, or more bytes than a moment's work (stops walking once that is clear)."""
-    if len(dirs) >= PROGRESS_MIN_RUNS:
-        return True
-    total = 0
-    for d in dirs:
-        for root, _dirs, files in os.walk(d):
-            for name in files:
-                try:
-                    total += os.lstat(os.path.join(root, name)).st_size
-                except OSError:
-                    continue
-                if total >= PROGRESS_MIN_BYTES:
-                    return True
-    return False
-
-
 def _load_catalog(rules: Sequence[str]) -> Catalog:
+    """The catalog; a refused or misnamed card from ``--rules`` is an input error (exit 2)."""
     from autopsy.engine.loader import load_catalog
 
-    return load_catalog(tuple(rules))
+    catalog = load_catalog(tuple(rules))
+    problems = team_card_errors(catalog, rules)
+    if problems:
+        for message in problems[:-1]:
+            click.echo(f"autopsy: error: card refused: {message}", err=True)
+        _die(f"card refused: {problems[-1]}")
+    return catalog
 
 
 def _exit_code(reports: Sequence[Report], fail_on: str, worst_error: int) -> int:
@@ -242,8 +230,17 @@ def _after(reports: Sequence[Report], *, fmt: str, output: str | None, github: b
         except OSError as exc:
             _die(f"cannot append to {append}: {exc.strerror or exc}")
         if not quiet:
-            click.echo(f"autopsy: {len(result.added)} entries appended to {append}"
-                       + (f", {len(result.skipped)} already there" if result.skipped else ""), err=True)
+            click.echo(f"autopsy: {append_message(len(result.added), len(result.skipped), append)}", err=True)
+
+
+def append_message(added: int, skipped: int, log: str) -> str:
+    """What ``--append`` did, in words (stderr)."""
+    if added == 0:
+        if skipped:
+            return f"nothing new to append to {log} (fingerprint already present)"
+        return f"nothing to append to {log} (no failure found)"
+    text = f"{added} {'entry' if added == 1 else 'entries'} appended to {log}"
+    return text + (f"; {skipped} already present" if skipped else "")
 
 
 def _finish(reports: Sequence[Report], *, fmt: str, output: str | None, no_color: bool, quiet: bool,
@@ -308,7 +305,8 @@ def _guarded(fn: Any) -> Any:
 @click.option("--select", multiple=True, metavar="IDS", help="Only these rule ids or families (comma list).")
 @click.option("--ignore", multiple=True, metavar="IDS", help="Skip these rule ids or families (comma list).")
 @click.option("--rules", "rules_dirs", multiple=True, type=click.Path(exists=True, file_okay=False),
-              metavar="DIR", help="Add (or override) rule cards from DIR; repeatable.")
+              metavar="DIR", help="Add (or override) rule cards from DIR, each named <family>/<name>.yaml or "
+                   "<id>.yaml; a refused card is an error (exit 2). Repeatable.")
 @_fail_on_option
 @_quiet_option
 @_github_option
@@ -324,7 +322,7 @@ def analyze(run_dirs: tuple[str, ...], fmt: str, output: str | None, select: tup
             ignore: tuple[str, ...], rules_dirs: tuple[str, ...], fail_on: str, quiet: bool, github: bool,
             append: str | None, max_bytes: int | None, check_crc: bool, no_color: bool) -> None:
     """Analyse one or more run directories (shell globs work, quoted or not)."""
-    dirs = expand_run_dirs(run_dirs)
+    dirs, bad_paths = collect_run_dirs(run_dirs)
     from autopsy.api import analyze as api_analyze
     from autopsy.engine.runner import select_cards
     from autopsy.run import LoadOptions, RunError
@@ -339,14 +337,24 @@ def analyze(run_dirs: tuple[str, ...], fmt: str, output: str | None, select: tup
     if max_bytes:
         options = replace(options, max_bytes_per_file=max_bytes)
 
+    # Each bad path is one line now; the good runs are analysed and the exit code says 2.
+    for message in bad_paths:
+        click.echo(f"autopsy: error: {message}", err=True)
+    for d in dirs:
+        hint = parent_of_runs_hint(d)
+        if hint:
+            click.echo(f"autopsy: hint: {hint}", err=True)
     reports: list[Report] = []
-    worst_error = EXIT_OK
-    show_bar = (fmt in ("text", "md") and not quiet and _stderr_is_tty() and _work_is_large(dirs))
+    worst_error = EXIT_USAGE if bad_paths else EXIT_OK
+    tty = _stderr_is_tty()
+    mode = progress_mode(fmt, quiet=quiet, tty=tty, n_runs=len(dirs), large=tty and work_is_large(dirs))
     with click.progressbar(dirs, label="analysing", file=sys.stderr, show_pos=True,
-                           item_show_func=lambda d: d or "") if show_bar else _nullbar(dirs) as items:
+                           item_show_func=lambda d: d or "") if mode == "bar" else _nullbar(dirs) as items:
         for d in items:
             try:
-                reports.append(api_analyze(d, select=sel, ignore=ign, options=options, catalog=catalog))
+                with Ticker(d, stream=sys.stderr) if mode == "ticker" else _nullbar([]):
+                    report = api_analyze(d, select=sel, ignore=ign, options=options, catalog=catalog)
+                reports.append(report)
             except RunError as exc:
                 click.echo(f"autopsy: error: {exc}", err=True)
                 worst_error = max(worst_error, EXIT_USAGE)
@@ -361,7 +369,7 @@ def analyze(run_dirs: tuple[str, ...], fmt: str, output: str | None, select: tup
         from autopsy.run import load_run
 
         try:  # charts need the parsed series; the report alone renders without them
-            runs = [load_run(dirs[0], options)]
+            runs = [load_run(reports[0].run.path, options)]
         except (RunError, OSError):
             runs = None
     _finish(reports, fmt=fmt, output=output, no_color=no_color, quiet=quiet, github=github, append=append,
@@ -369,6 +377,8 @@ def analyze(run_dirs: tuple[str, ...], fmt: str, output: str | None, select: tup
 
 
 class _nullbar:
+    """No progress indicator: the items as they are."""
+
     def __init__(self, items: Sequence[str]) -> None:
         self.items = items
 
@@ -436,7 +446,7 @@ def rules_list(rules_dirs: tuple[str, ...], as_json: bool) -> None:
         table = plain_table(["ID", "SEVERITY", "STATUS", "SUMMARY"],
                             [[r["id"], r["severity"], r["status"], str(r["summary"]).strip()] for r in rows])
         click.echo("\n".join(table))
-    for err in catalog.errors:
+    for err in catalog.errors:  # built-in cards only: a refused team card stopped us above
         click.echo(f"autopsy: card refused: {err}", err=True)
 
 

@@ -34,7 +34,7 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"^(train[_/ ]?)?(learning_rate|lr|lr-\w+|lr_\w+|learning rate)$", LR),
         (r"^(train[_/ ]?)?(grad_norm|gradient_norm|grad-norm|gnorm|total_norm|grad norm)$", GRAD_NORM),
         (r"^(train[_/ ]?)?(samples_per_second|train_samples_per_second|tokens_per_second|tok/s|tokens/s|it/s"
-         r"|samples/s|tok_per_sec|throughput)$", THROUGHPUT),
+         r"|samples/s|tok_per_sec|throughput|tok/sec|tokens/sec|samples/sec|tokens_per_sec)$", THROUGHPUT),
         # "time": mmengine/MMDetection's per-iteration seconds ("time: 1.0199  data_time: 0.8144").
         (r"^(train[_/ ]?)?(step_time|s/it|time_per_step|iter_time|dt|batch_time|elapsed_per_step|time)$", STEP_TIME),
         (r"^(train[_/ ]?)?(data_time|data_wait|dataloader_time|data)$", DATA_TIME),

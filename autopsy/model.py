@@ -215,6 +215,11 @@ class RunSummary:
     seconds_lost: float | None = None
     resume_hint: str | None = None  # e.g. "--resume_from_checkpoint runs/exp42/checkpoint-8000"
     failure_time: float | None = None  # when the primary finding struck, unix seconds
+    # Where failure_time comes from, in words ("torchrun error record", "train.log last written").
+    failure_time_source: str | None = None
+    # The volume holding the run as measured when autopsy ran (fs_total_bytes, fs_free_bytes,
+    # fs_used_bytes): kept here, in one labelled place, never in findings' facts.
+    disk_at_analysis: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -231,6 +236,9 @@ class Report:
     artifacts: tuple[Artifact, ...] = ()
     problems: tuple[str, ...] = ()  # artifacts/dirs that could not be read, one line each
     autopsy_version: str = ""
+    # Display-only series (downsampled metrics, checkpoint timeline) so that a report saved as
+    # JSON can still draw its charts; see autopsy.report.display_series. None: not collected.
+    series: dict[str, Any] | None = None
 
     @property
     def primary(self) -> Finding | None:

@@ -29,12 +29,14 @@ from autopsy.parsers.types import (
     LogScan,
     Parsed,
     PatternSpec,
-    TrainerState,
     Traceback,
+    TrainerState,
 )
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from autopsy.clock import Clock
 
 DEFAULT_MAX_BYTES_PER_FILE = 8 * 1024**3  # 8 GiB: beyond this a log is only partly read
 SCALAR_COLUMNS = ("source", "path", "tag", "metric", "step", "wall_time", "value", "rank")
@@ -55,7 +57,8 @@ class LoadOptions:
     # TensorBoard record CRCs: off by default because checking costs 60-100% of the read time
     # (issue 6 allows on-by-default only under 20%); truncation is still detected without it.
     check_crc: bool = False
-    in_progress_seconds: float = 120.0  # a partial file modified this recently is "in progress"
+    # A partial file modified this recently is "in progress" (only while Run.clock says live).
+    in_progress_seconds: float = 120.0
     now: float | None = None  # analysis time (tests pin it); defaults to time.time()
 
 
@@ -110,16 +113,29 @@ class Run:
         """Parsers' damage lands here and shows in ``artifact_list`` / ``artifacts``."""
         if status is ParseStatus.OK and note is None:
             return
-        if status in (ParseStatus.TRUNCATED,) and self._is_fresh(rel_path):
-            status = ParseStatus.IN_PROGRESS
-            note = f"{note}; modified seconds ago, probably still being written" if note else None
+        # Stored as the parser saw it: whether a cut-short file is "in progress" depends on
+        # self.clock, which reads the logs and event files being parsed right now.
         self._damage[rel_path] = (status, note)
 
-    def _is_fresh(self, rel_path: str) -> bool:
-        for a in self.discovery.artifacts:
-            if a.path == rel_path:
-                return self.now - a.mtime < self.options.in_progress_seconds
-        return False
+    def parse_status(self, rel_path: str) -> ParseStatus:
+        """What the parser said of a file (OK when it recorded nothing), before in-progress judgement."""
+        return self._damage.get(rel_path, (ParseStatus.OK, None))[0]
+
+    @cached_property
+    def clock(self) -> Clock:
+        """Whether file mtimes are the run's own and whether it may still be running.
+
+        Copies, clones and archives rewrite every mtime; every mtime-based judgement goes
+        through this (see :mod:`autopsy.clock`).
+        """
+        from autopsy.clock import assess
+
+        return assess(self)
+
+    def in_progress(self, art: Artifact) -> bool:
+        """A partial file is being written right now rather than damaged: the run is live
+        (``clock.live``) and the file was modified within ``in_progress_seconds``."""
+        return self.clock.live and self.now - art.mtime < self.options.in_progress_seconds
 
     @property
     def artifact_list(self) -> list[Artifact]:
@@ -129,6 +145,9 @@ class Run:
         for a in self.discovery.artifacts:
             if a.path in self._damage:
                 status, note = self._damage[a.path]
+                if status is ParseStatus.TRUNCATED and self.in_progress(a):
+                    status = ParseStatus.IN_PROGRESS
+                    note = f"{note}; modified seconds ago, probably still being written" if note else None
                 a = replace(a, status=status, note=note)
             out.append(a)
         return out
@@ -194,25 +213,31 @@ class Run:
 
         entries: list[ConfigEntry] = []
         for art in self.discovery.artifacts:
-            if art.kind not in (ArtifactKind.CONFIG, ArtifactKind.LAUNCH_SCRIPT) or art.status is ParseStatus.UNREADABLE:
+            if (art.kind not in (ArtifactKind.CONFIG, ArtifactKind.LAUNCH_SCRIPT)
+                    or art.status is ParseStatus.UNREADABLE):
                 continue
             parsed = read_config(self.fs_path(art.path), art.path, art.kind, art.detail)
             self.record_damage(art.path, parsed.status, parsed.note)
             entries.extend(parsed.value or ())
+        for scan in self.logs:  # configuration the program printed (source "log")
+            entries.extend(scan.config)
         return entries
 
     def config_value(self, key: str, default: Any = None) -> ConfigEntry | None:
         """The entry for a canonical key, preferring what the run was launched with.
 
-        Precedence: launch-script flags, then argument dumps, then training configs, then
-        model/tokenizer configs, then trainer_state; within one kind, the shallowest path.
+        Precedence: launch-script flags, then argument dumps, then what the log printed, then
+        training configs, then model/tokenizer configs, then trainer_state; within one kind,
+        the shallowest path; within one log, the last line (a later override won).
         """
-        rank = {"launch_flag": 0, "args_dump": 1, "hydra": 2, "yaml": 3, "json": 3, "toml": 3,
+        # "log": what the program printed it used (nanoGPT overrides, HF's "Running training").
+        rank = {"launch_flag": 0, "args_dump": 1, "log": 1.5, "hydra": 2, "yaml": 3, "json": 3, "toml": 3,
                 "meta": 4, "hf_config": 5, "tokenizer": 6, "trainer_state": 7}
         cands = [e for e in self.config_entries if e.key == key and e.value is not None]
         if not cands:
             return default
-        return min(cands, key=lambda e: (rank.get(e.source, 5), e.path.count("/"), e.path, e.line or 0))
+        return min(cands, key=lambda e: (rank.get(e.source, 5), e.path.count("/"), e.path,
+                                         -(e.line or 0) if e.source == "log" else e.line or 0))
 
     @cached_property
     def checkpoint_list(self) -> list[Checkpoint]:
@@ -220,7 +245,7 @@ class Run:
         from autopsy.parsers.checkpoints import find_checkpoints
 
         cps = find_checkpoints(self.root, self.discovery.artifacts, now=self.now,
-                               in_progress_seconds=self.options.in_progress_seconds)
+                               in_progress_seconds=self.options.in_progress_seconds, live=self.clock.live)
         # A damaged weights/optimizer file shows in the artifact list too, not only on its checkpoint.
         for cp in cps:
             for fc in cp.files:
@@ -504,4 +529,4 @@ def scan_paths(scans: Sequence[LogScan]) -> list[str]:
     return [s.path for s in scans]
 
 
-__all__ = ["LoadOptions", "Run", "RunError", "load_run", "Parsed"]
+__all__ = ["LoadOptions", "Parsed", "Run", "RunError", "load_run"]

@@ -135,7 +135,6 @@ def test_check_report_passes_and_fails() -> None:
 
 def test_demo_case_file_end_to_end(tmp_path: Path) -> None:
     """The whole harness on a real scan: materialise, analyze, check (todo cases must fail)."""
-    pytest.importorskip("autopsy.parsers.logs", reason="log parser not written yet")
     from autopsy.api import analyze
     from autopsy.engine.loader import load_catalog
     from autopsy.run import LoadOptions

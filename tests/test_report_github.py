@@ -68,7 +68,8 @@ def test_explained_finding_without_annotated_explainer_is_a_notice() -> None:
     primary, retention, corrupt = report.findings
     report = replace(report, findings=(replace(primary, evidence=()), retention, corrupt))
     kinds = _locations(annotation_lines([report], workspace=None))
-    assert kinds == [("notice", "runs/exp42/configs/train.yaml", "12"), ("notice", "runs/exp42/configs/train.yaml", "11")]
+    config = "runs/exp42/configs/train.yaml"
+    assert kinds == [("notice", config, "12"), ("notice", config, "11")]
 
 
 def test_overlapping_range_is_folded() -> None:

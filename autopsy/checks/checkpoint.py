@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import regex
 
-from autopsy.checks.run import end_signals, epoch_progress_time
+from autopsy.checks.run import end_signals, seconds_since_progress
 from autopsy.checks.series import cite, config_entry, config_evidence, config_float, median_cadence, rounded
 from autopsy.engine.types import CheckContext, NotEvaluated
 from autopsy.model import Confidence, Evidence, Finding, Severity
@@ -74,6 +74,38 @@ def save_cadence(run: Run, cps: Sequence[Checkpoint]) -> tuple[float | None, str
     return (med, "checkpoint step deltas") if med else (None, None)
 
 
+def checkpoint_tally(run: Run) -> dict[str, int]:
+    """The one definition of the checkpoint figures every rule and report states.
+
+    Over the checkpoints a rotation manages (finished writes only): ``complete_checkpoints``
+    (resumable), ``partial_checkpoints`` (a save cut short: missing or truncated files),
+    ``bytes_per_checkpoint`` (median size of the complete ones: a partial one says nothing
+    about how big a save is) and ``checkpoint_bytes`` (all of them, partial ones included:
+    what they occupy on disk).
+    """
+    cps = _rotating(_complete(run.checkpoint_list))
+    complete = [c for c in cps if c.valid]
+    sizes = [c.bytes for c in (complete or cps) if c.bytes > 0]
+    return {"complete_checkpoints": len(complete), "partial_checkpoints": len(cps) - len(complete),
+            "bytes_per_checkpoint": int(np.median(sizes)) if sizes else 0,
+            "checkpoint_bytes": int(sum(c.bytes for c in cps))}
+
+
+def count_phrase(tally: dict[str, int]) -> str:
+    """``7 complete checkpoints of 106.9 KB each, plus 1 partial one (750.8 KB in all)``."""
+    n, partial = tally["complete_checkpoints"], tally["partial_checkpoints"]
+    text = f"{n} complete checkpoint{'s' if n != 1 else ''}"
+    if tally["bytes_per_checkpoint"]:
+        text += f" of {fmt_bytes(tally['bytes_per_checkpoint'])} each"
+    if partial:
+        text += f", plus {partial} partial one{'s' if partial != 1 else ''},"
+    return text + f" ({fmt_bytes(tally['checkpoint_bytes'])} in all)"
+
+
+# Said beside every figure derived from the volume as measured when autopsy ran.
+ANALYSIS_TIME_BASIS = "volume size and free space measured at analysis time (run.disk_at_analysis), not at the crash"
+
+
 # ----------------------------------------------------------------------------- checkpoint.retention
 
 
@@ -85,10 +117,10 @@ def retention(ctx: CheckContext) -> Iterable[Finding]:
         raise NotEvaluated("no checkpoints found")
     # A save killed half-way leaves limit+1 directories (rotation runs after a save): only
     # valid checkpoints count against the limit.
-    count = sum(1 for c in cps if c.valid)
-    sizes = np.array([c.bytes for c in cps if c.bytes > 0], dtype="float64")
-    per_ckpt = float(np.median(sizes)) if sizes.size else 0.0
-    total = float(sum(c.bytes for c in cps))
+    tally = checkpoint_tally(run)
+    count = tally["complete_checkpoints"]
+    per_ckpt = float(tally["bytes_per_checkpoint"])
+    total = float(tally["checkpoint_bytes"])
     limit_entry = config_entry(run, LIMIT_KEYS)
     limit = None
     if limit_entry is not None:
@@ -130,8 +162,9 @@ def retention(ctx: CheckContext) -> Iterable[Finding]:
     growing = limit is None or over
     forecast_hit = False
     if disk.fs_total_bytes and per_ckpt > 0:
-        facts["fs_total_bytes_at_analysis"] = disk.fs_total_bytes
-        facts["fs_free_bytes_at_analysis"] = disk.fs_free_bytes
+        # The volume figures themselves go to report.run.disk_at_analysis (one labelled place);
+        # what is derived from them here says so.
+        facts["volume_basis"] = ANALYSIS_TIME_BASIS
         share = total / disk.fs_total_bytes
         facts["checkpoint_share_of_volume"] = rounded(share, 3)
         if growing and cadence and disk.fs_free_bytes is not None and disk.fs_used_bytes is not None:
@@ -166,8 +199,7 @@ def retention(ctx: CheckContext) -> Iterable[Finding]:
         return []
     severity = Severity.CRITICAL if enospc and (over or share_ok(facts, ctx) or forecast_hit) else Severity.WARNING
     confidence = Confidence.HIGH if over else Confidence.MEDIUM
-    msg = (f"{count} checkpoints of {fmt_bytes(per_ckpt)} each ({fmt_bytes(total)} in all) are on disk"
-           + _join_reasons(reasons) + ".")
+    msg = f"{count_phrase(tally)} are on disk" + _join_reasons(reasons) + "."
     return [ctx.finding(msg, key="checkpoint.retention", facts=facts, evidence=ev, severity=severity,
                         confidence=confidence, step=run.last_step)]
 
@@ -299,8 +331,9 @@ def gap(ctx: CheckContext) -> Iterable[Finding]:
 
 
 def _inactive(run: Run, ctx: CheckContext) -> bool:
-    t, _ = epoch_progress_time(run)
-    return t is not None and run.now - t > float(ctx.param("inactive_seconds"))
+    # Event wall times or real mtimes (run.clock): a copy's mtimes say nothing about activity.
+    idle = seconds_since_progress(run)
+    return idle is not None and idle > float(ctx.param("inactive_seconds"))
 
 
 def _seconds_between(run: Run, step_a: int | None, step_b: int) -> float | None:

@@ -9,6 +9,7 @@ other and with the analysis time.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -16,6 +17,7 @@ import numpy as np
 import regex
 
 from autopsy.checks.series import as_bool, cite, config_entry, config_evidence
+from autopsy.clock import ERROR_LINE, TERMINATION_LINE
 from autopsy.engine.types import CheckContext, NotEvaluated
 from autopsy.model import ArtifactKind, Confidence, Evidence, Finding, Severity
 from autopsy.parsers.types import Hit, LogScan
@@ -26,23 +28,6 @@ from autopsy.run import Run
 TERMINATION_EXIT_CODES = frozenset({143, -15, 15, 130, -2})
 # Exceptions that are how a stop request surfaces in Python, not errors of the program.
 TERMINATION_EXCEPTIONS = ("KeyboardInterrupt", "SignalException", "SystemExit")
-
-# Termination lines, looked for in log tails by rules that cannot see run.incomplete's hits.
-_TERMINATION_LINE = regex.compile(
-    r"DUE TO TIME LIMIT|DUE TO PREEMPTION|CANCELLED AT \S+"  # slurmstepd
-    r"|Received (?:Signals\.)?SIG(?:TERM|INT)|Received (?:15|2) death signal"  # torchrun elastic agent
-    r"|Received SIGTERM: 15"  # PyTorch Lightning signal connector
-    r"|got signal: (?:15|2)\b"  # torchrun SignalException
-    r"|\b\d+ Terminated\s"  # bash job control: "12345 Terminated   python train.py"
-    r"|\bpreempted\b|\bpreemption notice\b",
-    regex.IGNORECASE,
-)
-# Error lines without a parsed traceback (native crashes, bare kills, errors in one line).
-_ERROR_LINE = regex.compile(
-    r"^(?:[\w.]+\.)?\w*(?:Error|Exception)\b:|Segmentation fault|Fatal Python error|core dumped"
-    r"|^Killed\s*$|No space left on device|out of memory|Traceback \(most recent call last\)"
-)
-
 
 @dataclass(frozen=True)
 class Signal:
@@ -78,9 +63,9 @@ def end_signals(run: Run) -> list[Signal]:
                           code in TERMINATION_EXIT_CODES))
     for scan in run.logs:
         for lineno, line in scan.tail:
-            if _TERMINATION_LINE.search(line):
+            if TERMINATION_LINE.search(line):  # the lines autopsy.clock reads to tell that a process ended
                 out.append(Signal("termination", line.strip()[:300], _tail_evidence(scan, lineno, line), True))
-            elif _ERROR_LINE.search(line.strip()):
+            elif ERROR_LINE.search(line.strip()):
                 out.append(Signal("error_line", line.strip()[:300], _tail_evidence(scan, lineno, line), False))
     return out
 
@@ -94,12 +79,16 @@ def exited_cleanly(run: Run) -> bool:
 
 
 def progress_artifact_mtime(run: Run) -> tuple[float | None, str | None]:
-    """Newest mtime among event files, trainer_state and checkpoint files, with its path."""
+    """Newest mtime among event files, trainer_state and checkpoint files, with its path.
+
+    (None, None) when mtimes are not the run's own (a copy or a clone: ``run.clock``).
+    """
     best: tuple[float | None, str | None] = (None, None)
     for art in run.discovery.artifacts:
         if art.kind in (ArtifactKind.TFEVENTS, ArtifactKind.TRAINER_STATE, ArtifactKind.CHECKPOINT_FILE):
-            if best[0] is None or art.mtime > best[0]:
-                best = (art.mtime, art.path)
+            t = run.clock.mtime(art)
+            if t is not None and (best[0] is None or t > best[0]):
+                best = (t, art.path)
     return best
 
 
@@ -107,7 +96,8 @@ def epoch_progress_time(run: Run) -> tuple[float | None, str]:
     """When the last step was logged, in unix seconds a clock can be compared with.
 
     TensorBoard wall times first (written by the training process itself), else the
-    newest progress artifact mtime. Log timestamps are left out: they may be naive local time.
+    newest progress artifact mtime when mtimes are the run's own (``run.clock``). Log
+    timestamps are left out: they may be naive local time.
     """
     df = run.scalars
     tb = df[(df["source"] == "tensorboard") & df["wall_time"].notna()]
@@ -117,6 +107,18 @@ def epoch_progress_time(run: Run) -> tuple[float | None, str]:
     if mtime is not None:
         return mtime, f"mtime of {path}"
     return None, ""
+
+
+def seconds_since_progress(run: Run) -> float | None:
+    """How long the run has made no step, at analysis time; None when unknown.
+
+    Infinite when no clock tells and the run cannot be live (``run.clock.live`` is false:
+    a copy, a clone, or a process known to have ended): nothing will write to it again.
+    """
+    t, _ = epoch_progress_time(run)
+    if t is not None:
+        return max(0.0, run.now - t)
+    return None if run.clock.live else math.inf
 
 
 def cadence_seconds(run: Run) -> float | None:
@@ -170,6 +172,9 @@ def is_banner_line(line: str) -> bool:
 
 
 def _log_art_mtimes(run: Run) -> dict[str, float]:
+    """Log mtimes, or {} when they are not the run's (a copy): then no log is newer than another."""
+    if not run.clock.mtimes_trusted:
+        return {}
     return {a.path: a.mtime for a in run.discovery.artifacts if a.kind is ArtifactKind.LOG}
 
 
@@ -313,10 +318,11 @@ def stalled(ctx: CheckContext) -> Iterable[Finding]:
             facts["seconds_alive_after_last_step"] = round(gap, 1)
             confidence = Confidence.HIGH
     # 2. A log written (mtime) long after the last progress: a later attempt that makes no steps.
+    # Only with real mtimes: a copy gives the log the copy's time, days after the last step.
     if t_prog is not None:
         facts["last_progress_time"] = t_prog
         facts["last_progress_source"] = t_source
-        logs = [a for a in run.discovery.artifacts if a.kind is ArtifactKind.LOG]
+        logs = [a for a in run.discovery.artifacts if a.kind is ArtifactKind.LOG and run.clock.mtimes_trusted]
         for art in sorted(logs, key=lambda a: a.mtime, reverse=True)[:1]:  # the newest log: the latest attempt
             if art.mtime - t_prog > threshold:
                 reasons.append(f"{art.path} was modified {(art.mtime - t_prog) / 3600:.1f} h after the last step")
@@ -396,9 +402,10 @@ def incomplete(ctx: CheckContext) -> Iterable[Finding]:
         confidence = Confidence.MEDIUM
     else:
         t_prog, t_src = epoch_progress_time(run)
-        if t_prog is None:
+        idle = seconds_since_progress(run)
+        if idle is None:
             return []
-        if run.now - t_prog < _stall_threshold(ctx, cadence_seconds(run)):
+        if t_prog is not None and idle < _stall_threshold(ctx, cadence_seconds(run)):
             return _maybe_running(ctx, t_prog, t_src)
         how = ("it left no error, exit status or termination line (killed from outside, the log was cut, "
                "or the process is still alive and hung)")

@@ -21,6 +21,7 @@ Every file is checked in constant time whatever its size (:mod:`safetensors_head
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections import defaultdict
@@ -46,8 +47,15 @@ MISSING_WEIGHTS = "model weights (model.safetensors, pytorch_model.bin, adapter_
 
 
 def find_checkpoints(root: Path, artifacts: Sequence[Artifact], *, now: float,
-                     in_progress_seconds: float) -> list[Checkpoint]:
-    """One :class:`Checkpoint` per checkpoint found among ``artifacts`` (paths relative to ``root``)."""
+                     in_progress_seconds: float, live: bool = True) -> list[Checkpoint]:
+    """One :class:`Checkpoint` per checkpoint found among ``artifacts`` (paths relative to ``root``).
+
+    A partial checkpoint is ``in_progress`` (being saved, not corrupt) only when ``live``
+    (the run may still be writing: ``Run.clock.live``, false for a copy or a process known to
+    have ended) and its newest file was modified less than ``in_progress_seconds`` before ``now``.
+    """
+    if not live:
+        in_progress_seconds = -math.inf
     hf: dict[str, list[Artifact]] = defaultdict(list)
     rest: list[Artifact] = []
     for art in artifacts:

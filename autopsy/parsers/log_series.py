@@ -43,21 +43,28 @@ def point(tag: str, step: int | None, value: float, lineno: int,
 # ------------------------------------------------------------------------ HF dicts
 
 _NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|NaN|inf|Inf|Infinity)"
+# transformers >= 5 quotes every value ({'loss': '4.963', 'grad_norm': 'nan'}): a quoted value
+# counts only when the whole string is a number, so {'run_name': 'exp-1'} stays out.
 _DICT_KV = re.compile(
-    r"""['"]([A-Za-z_][\w/.\- ]{0,80})['"]\s*:\s*(?:tensor\(|np\.float\d*\()?(""" + _NUM + r""")(?![\w.])"""
+    r"""['"]([A-Za-z_][\w/.\- ]{0,80})['"]\s*:\s*"""
+    r"""(?:(['"])(""" + _NUM + r""")\2|(?:tensor\(|np\.float\d*\()?(""" + _NUM + r"""))(?![\w.])"""
 )
 _METRIC_KEYS = frozenset({"loss", "learning_rate", "grad_norm", "epoch", "lr", "total_flos"})
+# A step the dict states itself beats the one inferred from the progress bar; not a metric.
+_STEP_KEYS = frozenset({"step", "global_step", "train/global_step", "trainer/global_step", "_step", "iteration"})
 
 
 def _is_metric_key(key: str) -> bool:
-    return (key in _METRIC_KEYS or key.startswith(("eval_", "train_", "test_"))
-            or key.endswith("_loss"))
+    return (key in _METRIC_KEYS or key.startswith(("eval_", "train_", "test_", "train/", "eval/"))
+            or key.endswith("_loss") or key.endswith("/loss"))
 
 
-def parse_dict_line(text: str) -> tuple[list[str], list[float]] | None:
-    """(keys, values) of the numeric pairs of an HF metrics dict line, or None if not one.
+def parse_dict_record(text: str) -> tuple[list[str], list[float], int | None] | None:
+    """(keys, values, step) of an HF / JSON metrics dict line, or None if not one.
 
-    The value pattern only admits strings ``float()`` accepts, so no try/except per value.
+    ``step`` is the dict's own ``'step'``/``'global_step'`` value (an integer), else None;
+    step keys are not returned as metrics. The value patterns only admit strings
+    ``float()`` accepts, so no try/except per value.
     """
     brace = text.find("{")
     if brace < 0:
@@ -65,11 +72,29 @@ def parse_dict_line(text: str) -> tuple[list[str], list[float]] | None:
     pairs = _DICT_KV.findall(text, brace)
     if not pairs:
         return None
-    keys = [k for k, _ in pairs]
-    for k in keys:
-        if _is_metric_key(k):
-            return keys, [float(v) for _, v in pairs]
-    return None
+    keys: list[str] = []
+    values: list[float] = []
+    step: int | None = None
+    metric = False
+    for k, _, quoted, bare in pairs:
+        v = float(quoted or bare)
+        if k in _STEP_KEYS:
+            if step is None and math.isfinite(v) and v >= 0 and v == int(v):
+                step = int(v)
+            continue
+        if not metric and _is_metric_key(k):
+            metric = True
+        keys.append(k)
+        values.append(v)
+    if not metric:
+        return None
+    return keys, values, step
+
+
+def parse_dict_line(text: str) -> tuple[list[str], list[float]] | None:
+    """(keys, values) of the numeric pairs of a metrics dict line (see :func:`parse_dict_record`)."""
+    rec = parse_dict_record(text)
+    return None if rec is None else (rec[0], rec[1])
 
 
 # ---------------------------------------------------------------------- step lines
@@ -84,7 +109,18 @@ _STEP_KV = re.compile(
     r"(ms|us|µs|min|s|m|h|%)?(?![\w.])"
 )
 _TIME_UNITS = {"ms": 1e-3, "us": 1e-6, "µs": 1e-6, "s": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0}
-_NOT_TAGS = frozenset({"step", "iter", "iteration", "global_step", "global step", "epoch step"})
+_NOT_TAGS = frozenset({"step", "iter", "iteration", "global_step", "global step", "epoch step", "eta"})
+# mmengine (``Iter(train) [  10/5000]``, ``Epoch(train)  [2][ 50/500]``), mmcv 1.x runners
+# (``Epoch [1][50/7330]``, ``Iter [50/5000]``) and the PyTorch ImageNet example
+# (``Epoch: [0][  10/5005]``). val/test loops are not training steps.
+_MM_HEAD = re.compile(
+    r"(?<![\w])(?P<kind>Iter|Epoch)(?:\((?P<mode>\w+)\))?(?P<colon>:)?\s*"
+    r"\[\s*(?P<a>\d{1,12})\s*(?:/\s*(?P<at>\d{1,12})\s*)?\]"
+    r"(?:\s*\[\s*(?P<b>\d{1,12})\s*/\s*(?P<bt>\d{1,12})\s*\])?"
+)
+# An epoch counter on a step line ("epoch 2 | step 10/50", "Ep_3"): integers only
+# ("'epoch': 0.52" is progress, not a counter).
+_EPOCH_COUNTER = re.compile(r"(?i)(?<![a-z])ep(?:och)?[\s_:=#\[-]*(\d{1,9})(?![\d.])")
 
 
 @dataclass(frozen=True)
@@ -92,15 +128,12 @@ class StepLine:
     step: int
     total: int | None
     values: tuple[tuple[str, float], ...]
+    epoch: int | None = None  # an epoch counter printed on the line: ``step`` may restart each epoch
 
 
-def parse_step_line(text: str) -> StepLine | None:
-    """A ``step N ... name value`` training line, or None."""
-    m = _STEP_HEAD.search(text)
-    if m is None:
-        return None
+def _values(text: str, start: int) -> list[tuple[str, float]]:
     values = []
-    for km in _STEP_KV.finditer(text, m.end()):
+    for km in _STEP_KV.finditer(text, start):
         key = km.group(1).strip()
         if key.lower() in _NOT_TAGS:
             continue
@@ -113,10 +146,71 @@ def parse_step_line(text: str) -> StepLine | None:
         if unit in _TIME_UNITS and not math.isnan(v):
             v *= _TIME_UNITS[unit]
         values.append((key, v))
+    return values
+
+
+def _mm_step(m: re.Match[str]) -> tuple[int, int | None] | None:
+    """(global step, planned steps) of an mmengine/mmcv head; None for val/test loops."""
+    mode = m.group("mode")
+    if mode is not None and mode.lower() != "train":
+        return None
+    a = int(m.group("a"))
+    if m.group("b") is None:
+        if m.group("kind") == "Epoch":
+            return None  # "Epoch [3]" alone: an epoch summary, no step
+        return a, int(m.group("at")) if m.group("at") else None
+    b, per_epoch = int(m.group("b")), int(m.group("bt"))
+    # mmengine/mmcv count epochs from 1; the PyTorch example ("Epoch: [0][...]") from 0
+    done = a if m.group("colon") else max(a - 1, 0)
+    total = int(m.group("at")) * per_epoch if m.group("at") else None
+    return done * per_epoch + b, total
+
+
+def parse_step_line(text: str) -> StepLine | None:
+    """A ``step N ... name value`` training line, or None."""
+    if "[" in text and ("Iter" in text or "Epoch" in text):
+        mm = _MM_HEAD.search(text)
+        if mm is not None:
+            got = _mm_step(mm)
+            if got is None:
+                return None
+            values = _values(text, mm.end())
+            return StepLine(got[0], got[1], tuple(values)) if values else None
+    m = _STEP_HEAD.search(text)
+    if m is None:
+        return None
+    values = _values(text, m.end())
     if not values:
         return None
     total = int(m.group(2)) if m.group(2) else None
-    return StepLine(int(m.group(1)), total, tuple(values))
+    epoch = None
+    if "p" in text or "P" in text:
+        em = _EPOCH_COUNTER.search(text)
+        if em is not None:
+            epoch = int(em.group(1))
+            total = None  # "epoch 2 | step 10/50": 50 is likely the epoch's length, not the run's
+    return StepLine(int(m.group(1)), total, tuple(values), epoch)
+
+
+class EpochStepGuard:
+    """Drops the step of step lines whose counter restarts every epoch.
+
+    A line that shows an epoch counter may carry a per-epoch batch index as its "step".
+    Once the epoch goes up while the step goes down, the file's steps are not global:
+    from then on they are reported as unknown (None) rather than wrong.
+    """
+
+    def __init__(self) -> None:
+        self.last: tuple[int, int] | None = None
+        self.per_epoch = False
+
+    def step(self, sl: StepLine) -> int | None:
+        if sl.epoch is None:
+            return None if self.per_epoch else sl.step
+        last, self.last = self.last, (sl.epoch, sl.step)
+        if not self.per_epoch and last is not None and sl.epoch > last[0] and sl.step < last[1]:
+            self.per_epoch = True
+        return None if self.per_epoch else sl.step
 
 
 # --------------------------------------------------------------------- progress bars
@@ -127,7 +221,8 @@ _BAR = re.compile(
     r"(?:,\s*(?P<rate>\d+(?:\.\d+)?|\?)\s*(?P<unit>it/s|s/it))?(?P<post>[^\]]*)\]"
 )
 _POSTFIX_KV = re.compile(r"([A-Za-z_][\w/.\-]*)=(" + _NUM + r")(?![\w.])")
-_EPOCH = re.compile(r"\bEpoch\s+(\d+)\b")
+# Lightning's bar description ("Epoch 3: 45%|...") counts epochs from 0; "Epoch 1/10" does not.
+_EPOCH = re.compile(r"\bEpoch\s+(\d+)\b(?!\s*/)")
 # Bars that are not the training loop: loading, preprocessing, evaluation, downloads.
 _NOT_TRAINING = re.compile(
     r"load|map|download|generat|token|filter|eval|valid|predict|fetch|shard|test|extract|convert"
@@ -145,12 +240,18 @@ class Bar:
     epoch: int | None
     training: bool  # False for loading/eval/preprocessing bars
     postfix: tuple[tuple[str, float], ...]
+    epoch_known: bool = True  # False: an epoch counter of unknown base ("train_Ep_11", "Epoch 2/10")
 
     @property
-    def step(self) -> int:
-        """Global step: Lightning restarts ``n`` every epoch, so add whole epochs."""
-        if self.epoch is not None and self.total:
-            return self.epoch * self.total + self.n
+    def step(self) -> int | None:
+        """Global step: Lightning restarts ``n`` every epoch, so add whole epochs. A bar that
+        shows some other epoch counter counts batches within the epoch: the global step is
+        unknown (None) rather than the per-epoch index."""
+        if self.epoch is not None:
+            if not self.epoch_known:
+                return None
+            if self.total:
+                return self.epoch * self.total + self.n
         return self.n
 
 
@@ -165,6 +266,11 @@ def parse_bar(text: str) -> Bar | None:
     desc = best.group("desc") or ""
     em = _EPOCH.search(desc)
     epoch = int(em.group(1)) if em else None
+    epoch_known = True
+    if em is None and ("p" in desc or "P" in desc):
+        em = _EPOCH_COUNTER.search(desc)
+        if em is not None:
+            epoch, epoch_known = int(em.group(1)), False
     rate_s = best.group("rate")
     rate = float(rate_s) if rate_s and rate_s != "?" else None
     post = []
@@ -178,7 +284,7 @@ def parse_bar(text: str) -> Bar | None:
     desc_rest = _EPOCH.sub("", desc)
     training = not _NOT_TRAINING.search(desc_rest)
     total = int(best.group("total")) if best.group("total") else None
-    return Bar(int(best.group("n")), total, rate, best.group("unit"), epoch, training, tuple(post))
+    return Bar(int(best.group("n")), total, rate, best.group("unit"), epoch, training, tuple(post), epoch_known)
 
 
 # ------------------------------------------------------------------------- storage

@@ -14,6 +14,16 @@ after "The above exception was the direct cause of the following exception:"
 ``chain="cause"``, and ``cause`` points to the one printed above it. Only the last traceback
 of a chain (the one that ended the program) is listed; the others hang off ``cause``.
 An exception line without a ``Traceback`` header is not a traceback.
+
+Other shapes of the same thing:
+
+* IPython/Jupyter (``OutOfMemoryError      Traceback (most recent call last)``, then
+  ``Cell In[5], line 3`` / ``File /x/y.py:1501, in f(...)`` frames whose code is the
+  ``---->`` line; IPython < 8 wrote ``<ipython-input-5-..> in <module>`` and ``/x/y.py in f(...)``).
+* A header after a logger prefix on its own line (``2024-... ERROR Traceback (most recent
+  call last):``) opens a traceback as usual.
+* A traceback flattened onto one line: joined with literal ``\n`` (JSON loggers; its parts
+  are fed as lines) or with spaces (frames and the exception are picked out by regex).
 """
 
 from __future__ import annotations
@@ -35,6 +45,17 @@ MAX_TB_LINES = 2000  # a traceback still open after this many lines is closed as
 CHAIN_LOOKAHEAD = 8  # lines after a traceback within which a chain marker may follow
 
 HEADER = "Traceback (most recent call last):"
+_IPY_HEADER = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)\s+Traceback \(most recent call last\)\s*$")
+_IPY_CELL = re.compile(r"^(?P<file>(?:Cell|Input) In\s*\[\d+\]), (?:line (?P<line>\d+)|in (?P<func>\S.*?))\s*$")
+_IPY_FILE = re.compile(r"^File (?P<file>\S.*?):(?P<line>\d+)(?:, in (?P<func>[^\s(]+))?")
+_IPY_OLD = re.compile(r"^(?P<file><ipython-input-[^>]*>|\S.*?\.pyx?) in (?P<func>[^\s(]+)")
+_IPY_ARROW = re.compile(r"^-*> ?\s*(?P<line>\d+)\s?(?P<code>.*)$")
+_IPY_CONTEXT = re.compile(r"^\s+\d+\s")
+_FLAT_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>[^\s]+))?')
+_FLAT_EXC = re.compile(
+    r"(?<![\w.])(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure|Fault|Timeout"
+    r"|Warning|Iteration))(?::\s*(?P<msg>.*?))?\s*$"
+)
 _CONTEXT = "During handling of the above exception, another exception occurred:"
 _CAUSE = "The above exception was the direct cause of the following exception:"
 
@@ -69,6 +90,7 @@ class _Open:
     message_chars: int = 0
     noise: int = 0
     last_line: int = 0
+    ipython: bool = False
 
     def add_frame(self, frame: Frame) -> None:
         if len(self.head) < MAX_FRAMES_HEAD:
@@ -134,14 +156,11 @@ class TracebackTracker:
     def feed(self, lineno: int, text: str, rank: int | None, step: int | None, wall: float | None) -> None:
         stripped = text.strip()
         st = self.open.get(rank)
-        if stripped.startswith(HEADER[:30]):
-            if st is not None:
-                self._finish(st, st.last_line, cut_off=st.exc_type is None)
-            chain = cause = None
-            rec = self.recent.pop(rank, None)
-            if rec is not None and rec[2] is not None:
-                cause, chain = rec[0], rec[2]
-            self.open[rank] = _Open(lineno, rank, step, wall, chain, cause, last_line=lineno)
+        if stripped.startswith(HEADER[:30]) and len(stripped) <= len(HEADER) + 1:
+            self._open(lineno, rank, step, wall)
+            return
+        if HEADER[:30] in stripped:
+            self._odd_header(lineno, stripped, rank, step, wall)
             return
         if stripped in (_CONTEXT, _CAUSE):
             if st is not None:
@@ -162,12 +181,73 @@ class TracebackTracker:
             self._message_phase(st, lineno, text, stripped)
         self._expire(lineno, rank)
 
+    def _open(self, lineno: int, rank: int | None, step: int | None, wall: float | None,
+              ipython: bool = False) -> _Open:
+        st = self.open.get(rank)
+        if st is not None:
+            self._finish(st, st.last_line, cut_off=st.exc_type is None)
+        chain = cause = None
+        rec = self.recent.pop(rank, None)
+        if rec is not None and rec[2] is not None:
+            cause, chain = rec[0], rec[2]
+        st = self.open[rank] = _Open(lineno, rank, step, wall, chain, cause, last_line=lineno, ipython=ipython)
+        return st
+
+    def _odd_header(self, lineno: int, stripped: str, rank: int | None, step: int | None,
+                    wall: float | None) -> None:
+        """An IPython header, a prefixed header, or a whole traceback on one line."""
+        if _IPY_HEADER.match(stripped):
+            self._open(lineno, rank, step, wall, ipython=True)
+            return
+        at = stripped.find(HEADER[:30])
+        if stripped[:at].rstrip().endswith(("traceback :", "traceback:")):
+            return  # a row of torchrun's ChildFailedError report: ChildFailureTracker keeps it
+        rest = stripped[at + len(HEADER[:30]):]
+        rest = rest[rest.find(")") + 1:].lstrip(":").strip() if ")" in rest[:5] else rest
+        if not rest:
+            self._open(lineno, rank, step, wall)  # "<logger prefix> Traceback (most recent call last):"
+            return
+        if "\\n" in rest:
+            st = self._open(lineno, rank, step, wall)
+            for part in rest.replace('\\"', '"').split("\\n")[:MAX_TB_LINES]:
+                if rank not in self.open:
+                    break
+                if st.exc_type is None:
+                    self._frames_phase(st, lineno, part, part.strip())
+                elif part.strip() and not set(part.strip()) <= set('"}]), '):
+                    self._message_phase(st, lineno, part, part.strip())
+            if rank in self.open:
+                self._finish(st, lineno, cut_off=st.exc_type is None)
+            return
+        self._flat(lineno, rest, rank, step, wall)
+
+    def _flat(self, lineno: int, rest: str, rank: int | None, step: int | None, wall: float | None) -> None:
+        """``File "a.py", line 3, in f  code  File ... ExcType: message`` joined with spaces."""
+        frames = list(_FLAT_FRAME.finditer(rest))
+        tail_from = frames[-1].end() if frames else 0
+        em = _FLAT_EXC.search(rest, tail_from)
+        if em is None and not frames:
+            return
+        st = self._open(lineno, rank, step, wall)
+        for i, fm in enumerate(frames):
+            end = frames[i + 1].start() if i + 1 < len(frames) else (em.start() if em else len(rest))
+            code = rest[fm.end():end].strip() or None
+            st.add_frame(Frame(fm.group("file"), int(fm.group("line")), fm.group("func"), code))
+        if em is not None:
+            st.exc_type = em.group("type")
+            msg = (em.group("msg") or "").strip()
+            if msg:
+                st.message.append(msg[:MAX_MESSAGE_CHARS])
+        self._finish(st, lineno, cut_off=em is None)
+
     def _expire(self, lineno: int, rank: int | None) -> None:
         rec = self.recent.get(rank)
         if rec is not None and lineno - rec[1] > CHAIN_LOOKAHEAD:
             del self.recent[rank]
 
     def _frames_phase(self, st: _Open, lineno: int, text: str, stripped: str) -> None:
+        if st.ipython and self._ipython_line(st, lineno, text, stripped):
+            return
         m = _FRAME.match(text)
         if m:
             st.flush_pending()
@@ -196,6 +276,33 @@ class TracebackTracker:
         st.noise += 1
         if st.noise > MAX_NOISE_LINES:
             self._finish(st, st.last_line, cut_off=True)
+
+    def _ipython_line(self, st: _Open, lineno: int, text: str, stripped: str) -> bool:
+        """A frame, code or context line of an IPython traceback; False for anything else."""
+        if not stripped:
+            return True
+        m = _IPY_ARROW.match(stripped) if stripped[0] == "-" else None
+        if m is not None:
+            if st.pending is not None:
+                f, ln, fn = st.pending
+                st.pending = (f, ln if ln is not None else int(m.group("line")), fn)
+                st.flush_pending(m.group("code").strip() or None)
+            st.last_line = lineno
+            return True
+        if text[:1].isspace():
+            if _IPY_CONTEXT.match(text) or stripped.startswith("["):  # context, "[... skipping hidden 1 frame]"
+                st.last_line = lineno
+                return True
+            return False
+        for rx in (_IPY_CELL, _IPY_FILE, _IPY_OLD):
+            m = rx.match(stripped)
+            if m is not None:
+                st.flush_pending()
+                line = m.groupdict().get("line")
+                st.pending = (m.group("file"), int(line) if line else None, m.groupdict().get("func"))
+                st.last_line = lineno
+                return True
+        return False
 
     def _message_phase(self, st: _Open, lineno: int, text: str, stripped: str) -> None:
         if not stripped or stripped.startswith(HEADER[:30]) or _NEW_RECORD.match(stripped):

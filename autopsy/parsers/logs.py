@@ -52,7 +52,9 @@ from autopsy.parsers.log_match import (
     make_hit,
     reference_hits,
 )
-from autopsy.parsers.log_series import SeriesStore, parse_bar, parse_dict_line, parse_step_line
+from autopsy.parsers.log_config import TRIGGERS as CONFIG_TRIGGERS
+from autopsy.parsers.log_config import LogConfigTracker
+from autopsy.parsers.log_series import EpochStepGuard, SeriesStore, parse_bar, parse_dict_record, parse_step_line
 from autopsy.parsers.log_tracebacks import HEADER, ChildFailureTracker, TracebackTracker
 from autopsy.parsers.types import LogScan, PatternSpec
 
@@ -71,6 +73,8 @@ _TRIGGERS = LiteralFinder([
     b"{'", b'{"', b"Traceback (most recent call last)", b"Failures:", b"Root Cause",
     b"During handling of the above exception", b"The above exception was the direct cause",
     b"step", b"Step", b"STEP", b"iter", b"Iter", b"ITER", b"\x1b",
+    b"Epoch(", b"Epoch [", b"Epoch: [",  # mmengine / mmcv / PyTorch example step heads
+    *CONFIG_TRIGGERS,  # configuration printed by nanoGPT and HF Trainer (log_config)
 ])
 _RANK_FIND = re.compile(rb"\[(?:rank|default|Rank|RANK)[ _]?(\d{1,6})\]")
 _LABEL_FIND = re.compile(rb"(?m)^ {0,4}(\d{1,6}): ")
@@ -127,6 +131,9 @@ class _Scanner:
         self.hits = HitCollector(rel_path, compiled)
         self.tb = TracebackTracker(rel_path)
         self.cf = ChildFailureTracker(rel_path)
+        self.cfg = LogConfigTracker(rel_path)
+        self.epoch_guard = EpochStepGuard()
+        self.after_gap = False  # reading the tail after a skipped middle (max_bytes)
         self.series = SeriesStore()
         self.ranks: set[int] = set()
         self.label_mode = lt.LABEL_NONE
@@ -291,7 +298,7 @@ class _Scanner:
         every = self.compiled.every_segment
         ne = len(entries)
         while True:
-            if every or self.tb.active or self.cf.active:
+            if every or self.tb.active or self.cf.active or self.cfg.active:
                 if done >= n:
                     break
                 e = self._seg_end(done)
@@ -336,8 +343,10 @@ class _Scanner:
             if "{" in text:
                 self._dict_line(text, lineno, rank, e)
             low = text.lower() if ("t" in text or "T" in text) else ""
-            if low and ("step" in low or "iter" in low):
+            if low and ("step" in low or "iter" in low or ("Epoch" in text and "[" in text)):
                 self._step_line(text, lineno, rank, e)
+            if self.cfg.active or " = " in text or "Overriding" in text or "*****" in text:
+                self.cfg.feed(lineno, text)
             if slow or HEADER[:30] in text or "above exception" in text:
                 if HEADER[:30] in text:
                     step, wall = self._context(e)
@@ -462,17 +471,21 @@ class _Scanner:
     # ------------------------------------------------------------------ series
 
     def _dict_line(self, text: str, lineno: int, rank: int | None, e: int) -> None:
-        parsed = parse_dict_line(text)
+        parsed = parse_dict_record(text)
         if parsed is None:
             return
-        keys, values = parsed
+        keys, values, own_step = parsed
         self._advance_bars(e)
         is_train = "loss" in keys
         if is_train:
             self.dict_count += 1
         step = self.cur_step
-        if self.step_pos < 0:  # no bar or step line yet: HF does not print the step
-            step = self.dict_count
+        if own_step is not None:  # the dict says its step: better than any bar
+            step = self.cur_step = own_step
+            self.step_pos = self.base + e
+        elif self.step_pos < 0:  # no bar or step line yet: HF does not print the step
+            # after a skipped middle the count of dicts is no step any more
+            step = None if self.after_gap else self.dict_count
             if is_train:
                 self.cur_step = step
         self.series.add_line(keys, values, step, lineno, self._wall_at(e), rank)
@@ -482,11 +495,12 @@ class _Scanner:
         if sl is None:
             return
         self._advance_bars(e)
-        self.cur_step = sl.step
+        step = self.epoch_guard.step(sl)  # None once steps are seen to restart every epoch
+        self.cur_step = step
         self.step_pos = self.base + e
         if sl.total and (self.max_steps_seen is None or sl.total > self.max_steps_seen):
             self.max_steps_seen = sl.total
-        self.series.add_line([k for k, _ in sl.values], [v for _, v in sl.values], sl.step, lineno,
+        self.series.add_line([k for k, _ in sl.values], [v for _, v in sl.values], step, lineno,
                              self._wall_at(e), rank)
 
     # ------------------------------------------------------------------ result
@@ -497,6 +511,7 @@ class _Scanner:
         scan.hits = self.hits.results()
         scan.tracebacks = self.tb.results()
         scan.child_failures = list(self.cf.results)
+        scan.config = self.cfg.entries
         scan.series = self.series  # type: ignore[assignment]  # a Sequence[SeriesPoint], in columns
         scan.head = self.head
         scan.tail = list(self.tail)

@@ -215,28 +215,55 @@ def bad_data_crcs_by_reference(buf: bytes, ap: np.ndarray, p: np.ndarray, length
     mv = memoryview(buf)
     lead_crc[leads] = [_crc32c(mv[s:s + n]) for s, n in zip(p[leads].tolist(), lengths[leads].tolist(), strict=True)]
     crc = lead_crc[ref]
-    hw = int(head.max()) - 1
-    win = np.lib.stride_tricks.sliding_window_view(ap, max(hw, 8))
     len32 = lengths.astype(np.int32)
-    # Column-major (bytes x records) so every step is one long vectorised pass.
-    # wall_time and step bytes: payload positions 1..head-1
-    w = np.ascontiguousarray(win[p + 1][:, :hw].T)
-    d = w ^ w[:, ref]
-    d[np.arange(hw)[:, None] >= (head - 1)[None, :]] = 0
-    idx = (len32[None, :] - np.int32(2) - np.arange(hw, dtype=np.int32)[:, None]) * np.int32(256) + d
-    np.maximum(idx, 0, out=idx)  # masked columns past a short payload's end contribute z[..., 0] == 0
-    crc ^= np.bitwise_xor.reduce(z[idx], axis=0)
-    # the value bytes
-    has = width > 0
-    if has.any():
-        ww = 8
-        s_rows = np.flatnonzero(has)
-        v = np.ascontiguousarray(win[p + slot][:, :ww].T)  # every record: the reference's bytes too
-        d2 = (v ^ v[:, ref])[:, s_rows]
-        d2[np.arange(ww)[:, None] >= width[s_rows][None, :]] = 0
-        dist2 = (len32[s_rows] - np.int32(1) - slot[s_rows].astype(np.int32))[None, :] \
-            - np.arange(ww, dtype=np.int32)[:, None]
-        idx2 = np.maximum(dist2, 0) * np.int32(256) + d2
-        crc[s_rows] ^= np.bitwise_xor.reduce(z[idx2], axis=0)
-    stored = np.ascontiguousarray(win[p + lengths][:, :4]).view("<u4").ravel()
+    # wall_time and step (payload positions 1..hw): the register of their difference,
+    # each byte looked up in the first hw rows of Z (a few KiB, cache-resident), then
+    # moved to the record's end with one 4-lookup shift.
+    hw = int(head.max()) - 1
+    if hw > 0:
+        m = np.ascontiguousarray(_windows(ap, hw)[p + 1])  # (records, hw), row-major: row gathers are contiguous
+        d = m ^ m[ref]
+        del m
+        short = head - 1 < hw
+        if short.any():  # bytes past a record's own step belong to its (unchanged) rest
+            d[np.arange(hw)[None, :] >= (head - 1)[:, None]] = 0
+        reg = np.zeros(len(p), np.uint32)
+        for k in range(hw):
+            reg ^= z[(hw - 1 - k) * 256 + d[:, k].astype(np.int32)]
+        del d
+        crc ^= _shift(z, reg, len32 - np.int32(1 + hw))
+    # the value bytes: each looked up at its distance from the record's end
+    has = np.flatnonzero(width > 0)
+    if len(has):
+        ww = int(width.max())
+        v = np.ascontiguousarray(_windows(ap, ww)[p + slot])
+        dv = (v ^ v[ref])[has]
+        del v
+        if (width[has] < ww).any():
+            dv[np.arange(ww)[None, :] >= width[has][:, None]] = 0
+        dist = len32[has] - np.int32(1) - slot[has].astype(np.int32)
+        acc = np.zeros(len(has), np.uint32)
+        for k in range(ww):
+            acc ^= z[np.maximum(dist - k, 0) * 256 + dv[:, k]]
+        crc[has] ^= acc
+    stored = np.ascontiguousarray(_windows(ap, 4)[p + lengths]).view("<u4").ravel()
     return np.flatnonzero(_mask(crc) != stored)
+
+
+def _shift(z: np.ndarray, reg: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """The CRC register ``reg`` after ``k`` more zero bytes (``0 <= k < MAX_TABLE_DISTANCE``).
+
+    Byte j of the register leaves it after j + 1 zero bytes and then runs k - 1 - j more
+    (row k - 1 - j of Z); bytes still inside after k steps just move down.
+    """
+    out = ((reg.astype(np.uint64) >> (np.minimum(k, 4) * 8).astype(np.uint64)) & np.uint64(_U32)).astype(np.uint32)
+    for j in range(4):
+        row = k - np.int32(1 + j)
+        byte = ((reg >> np.uint32(8 * j)) & np.uint32(0xFF)).astype(np.int32)
+        byte[row < 0] = 0  # z[.., 0] == 0: a byte still inside contributes nothing here
+        out ^= z[np.maximum(row, 0) * 256 + byte]
+    return out
+
+
+def _windows(ap: np.ndarray, width: int) -> np.ndarray:
+    return np.lib.stride_tricks.sliding_window_view(ap, width)

@@ -145,6 +145,9 @@ class LogScan:
     last_step: int | None = None
     max_steps_seen: int | None = None  # e.g. from "step 250/3520" or "| 250/3520 ["
     binary_fraction: float = 0.0  # share of NUL / undecodable bytes in what was read
+    config: list[ConfigEntry] = field(default_factory=list)  # configuration the program printed
+    # max_bytes read the head and the tail: line numbers from this one on are estimated (~)
+    approx_lines_from: int | None = None
 
 
 # --------------------------------------------------------------------- trainer_state

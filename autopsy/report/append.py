@@ -4,7 +4,8 @@ The new file is written beside the log and renamed over it (``os.replace``), so 
 or a full disk never leaves a half-written log; the earlier bytes are copied unchanged.
 An entry whose fingerprint already appears in the log (the ``autopsy fingerprint`` line
 of Related Guidelines) is not appended again. Concurrent appenders are serialised with
-an advisory lock on a sidecar lock file where the platform has ``fcntl``.
+an advisory ``flock`` on the log's directory where the platform has ``fcntl``; no lock
+file is created.
 """
 
 from __future__ import annotations
@@ -34,18 +35,28 @@ def fingerprints_in(text: str) -> set[str]:
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on the log's directory while reading and replacing the log.
+
+    Not on the log itself: the rename swaps its inode, so a waiter holding the old one
+    would not exclude the next appender. Not on a sidecar lock file: that would be left
+    beside the log (and unlinking it reopens the same race). A directory fd is never
+    replaced, and the lock goes away with the fd, so nothing is left behind.
+    """
     try:
         import fcntl
     except ImportError:  # Windows: the rename is still atomic, only concurrent appends race
         yield
         return
-    lock_path = path.with_name(f".{path.name}.lock")
-    with open(lock_path, "a") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    try:
+        fd = os.open(path.parent if str(path.parent) else ".", os.O_RDONLY)
+    except OSError:  # a directory we may write but not read: go on unlocked, the rename stays atomic
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _separator(existing: bytes) -> bytes:

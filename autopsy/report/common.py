@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from autopsy.model import Artifact, Evidence, Finding, ParseStatus, Report, Severity
+from autopsy.model import Artifact, ArtifactKind, Evidence, Finding, OutcomeKind, ParseStatus, Report, Severity
 
 # Parse outcomes worth telling the user about ("could not read"); SKIPPED is deliberate.
 DAMAGED = (ParseStatus.TRUNCATED, ParseStatus.UNREADABLE, ParseStatus.IN_PROGRESS)
@@ -35,6 +35,68 @@ def verdict_finding(report: Report) -> Finding | None:
 
 def damaged_artifacts(report: Report) -> list[Artifact]:
     return sorted((a for a in report.artifacts if a.status in DAMAGED), key=lambda a: a.path)
+
+
+# Kinds autopsy parses; OTHER files (scripts, images) are listed but never read.
+_PARSED_KINDS = (ArtifactKind.LOG, ArtifactKind.TFEVENTS, ArtifactKind.TRAINER_STATE, ArtifactKind.CONFIG,
+                 ArtifactKind.LAUNCH_SCRIPT, ArtifactKind.CHECKPOINT_FILE, ArtifactKind.EXIT_CODE)
+_INPUT_NAMES = (("logs", (ArtifactKind.LOG,)), ("scalars", (ArtifactKind.TFEVENTS, ArtifactKind.TRAINER_STATE)),
+                ("checkpoints", (ArtifactKind.CHECKPOINT_FILE,)),
+                ("configs", (ArtifactKind.CONFIG, ArtifactKind.LAUNCH_SCRIPT)))
+
+
+def _readable(a: Artifact) -> bool:
+    return a.kind in _PARSED_KINDS and a.status is not ParseStatus.UNREADABLE and a.status is not ParseStatus.SKIPPED \
+        and a.size > 0
+
+
+def notable_artifacts(report: Report) -> list[tuple[Artifact, str]]:
+    """Artifacts the reader should know were not (fully) read: (artifact, short state).
+
+    Damaged ones (truncated, unreadable, in progress), deliberately skipped ones that carry a
+    note (a binary file named like a log), and parsed kinds that are empty or carry a note
+    ("empty event file"). Plain skipped files (scripts, images) are not listed.
+    """
+    out = []
+    for a in sorted(report.artifacts, key=lambda a: a.path):
+        if a.status in DAMAGED or (a.status is ParseStatus.SKIPPED and a.note):
+            out.append((a, str(a.status)))
+        elif a.kind in _PARSED_KINDS and a.kind is not ArtifactKind.EXIT_CODE and (a.size == 0 or a.note):
+            out.append((a, "0 bytes" if a.size == 0 else str(a.status)))
+    return out
+
+
+def nothing_readable(report: Report) -> str | None:
+    """Why autopsy had nothing to read in this run (None when something was read).
+
+    Only asked when no rule fired: a run directory that is empty, or holds only files autopsy
+    does not parse, skipped or empty ones, is "nothing to analyse", not "no failure found".
+    """
+    if report.findings or report.run.last_step is not None or any(_readable(a) for a in report.artifacts):
+        return None
+    if not report.artifacts:
+        return "the directory is empty" + (f" ({report.problems[0]})" if report.problems else "")
+    parts = []
+    for a, state in notable_artifacts(report)[:3]:
+        parts.append(f"{a.path} {state}" + (f" ({a.note})" if a.note else ""))
+    n_other = sum(1 for a in report.artifacts if a.kind is ArtifactKind.OTHER and not a.note)
+    if n_other:
+        parts.append(f"{n_other} other file{'s' if n_other != 1 else ''} that are not training artifacts")
+    return "; ".join(parts) if parts else "no logs, event files, checkpoints or configs"
+
+
+def missing_inputs(report: Report) -> str | None:
+    """``32 rules could not be checked: no logs, scalars, checkpoints or configs found`` when every
+    rule lacked inputs (none ran to a verdict), else None: then each rule's reason is worth a line."""
+    if not report.outcomes or any(o.kind in (OutcomeKind.FIRED, OutcomeKind.NOT_FIRED) for o in report.outcomes):
+        return None
+    absent = [name for name, kinds in _INPUT_NAMES
+              if not any(a.kind in kinds and _readable(a) for a in report.artifacts)]
+    if not absent:
+        return None
+    listed = absent[0] if len(absent) == 1 else ", ".join(absent[:-1]) + " or " + absent[-1]
+    n = len(report.not_evaluated)
+    return f"{n} rule{'s' if n != 1 else ''} could not be checked: no {listed} found"
 
 
 def unique_evidence(f: Finding) -> list[Evidence]:
@@ -165,10 +227,14 @@ def struck_at(report: Report, finding: Finding) -> str:
     parts = []
     if finding.step is not None:
         parts.append(f"step {finding.step:,}")
-    ts = finding.wall_time if finding.wall_time is not None else (
-        report.run.failure_time if finding.primary else None)
-    if ts is not None:
-        parts.append(fmt_time(ts))
+    own = finding.wall_time is not None and math.isfinite(finding.wall_time)
+    ts = finding.wall_time if own else (report.run.failure_time if finding.primary else None)
+    if ts is not None and math.isfinite(ts):
+        when = fmt_time(ts)
+        source = report.run.failure_time_source
+        if not own and source and source.endswith("last written"):
+            when += f" ({source})"  # a file's mtime is only an upper bound: say where it comes from
+        parts.append(when)
     return ("at " + ", ".join(parts)) if parts else ""
 
 

@@ -89,16 +89,22 @@ def build_context(report: Report, run: Run | None) -> dict[str, Any]:
     sections: dict[str, Any] = {"plots": None, "plots_note": None, "checkpoints": None, "ranks": None}
     errors: list[str] = []
     context_lines: dict[str, dict[int, str]] = {}
-    if run is None:
+    # A report re-rendered from saved JSON draws its charts from the display series it carries.
+    source: Any = run
+    if run is None and report.series is not None:
+        from autopsy.report.display_series import series_run
+
+        source = series_run(report.series, report.run.disk_at_analysis)
+    if source is None:
         sections["plots_note"] = ("Plots need the run directory: this report was re-rendered from saved JSON. "
                                   "Run `autopsy analyze RUN_DIR --format html` to draw them.")
     else:
         from autopsy.report import html_sections as hs
 
         for name, build in (
-            ("plots", lambda: hs.plot_section(run, findings, crash_step)),
-            ("checkpoints", lambda: hs.checkpoint_section(run, findings, crash_step)),
-            ("ranks", lambda: hs.rank_section(run, findings)),
+            ("plots", lambda: hs.plot_section(source, findings, crash_step)),
+            ("checkpoints", lambda: hs.checkpoint_section(source, findings, crash_step)),
+            ("ranks", lambda: hs.rank_section(source, findings)),
         ):
             try:
                 sections[name] = build()
@@ -106,10 +112,15 @@ def build_context(report: Report, run: Run | None) -> dict[str, Any]:
                 errors.append(f"{name}: could not be drawn ({type(exc).__name__}: {exc})")
         if not sections["plots"] and "plots" not in " ".join(errors):
             sections["plots_note"] = "No numeric series (loss, LR, grad norm, throughput) were found in this run."
-        try:
-            context_lines = hs.read_context(Path(run.root), _evidence_spans(findings))
-        except Exception as exc:
-            errors.append(f"log context: could not be read ({type(exc).__name__}: {exc})")
+        if run is None:
+            sections["plots_note"] = ((sections["plots_note"] + " ") if sections["plots_note"] else "") + (
+                "Re-rendered from saved JSON: plots show the display series saved with the report "
+                "(downsampled, min/max kept); log context around evidence needs the run directory.")
+        else:
+            try:
+                context_lines = hs.read_context(Path(run.root), _evidence_spans(findings))
+            except Exception as exc:
+                errors.append(f"log context: could not be read ({type(exc).__name__}: {exc})")
     docs = _docs_for({f.rule for f in findings})
     artifacts = list(report.artifacts)
     if not artifacts and run is not None:
@@ -195,7 +206,14 @@ def _verdict(report: Report, primary: Finding | None) -> dict[str, Any]:
         recovery.append(("Work lost", " · ".join(lost)))
     if rs.resume_hint:
         recovery.append(("Command", rs.resume_hint))
-    if primary is None:
+    from autopsy.report.common import nothing_readable
+
+    empty = nothing_readable(report) if primary is None else None
+    if empty is not None:
+        kind = "warning"
+        headline = "Nothing autopsy can read"
+        message = f"Nothing autopsy can read in {report.run.path}: {empty}."
+    elif primary is None:
         kind = "ok"
         headline = "No problems found"
         message = f"{len(report.outcomes)} rules checked." if report.outcomes else "No rule fired."

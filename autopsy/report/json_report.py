@@ -33,7 +33,8 @@ from autopsy.report.common import ordered_findings, verdict_finding
 SCHEMA_VERSION = 1
 _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _RUN_FIELDS = ("path", "last_step", "max_steps", "started", "ended", "latest_valid_checkpoint",
-               "latest_valid_step", "steps_lost", "seconds_lost", "resume_hint", "failure_time")
+               "latest_valid_step", "steps_lost", "seconds_lost", "resume_hint", "failure_time",
+               "failure_time_source", "disk_at_analysis")
 _EVIDENCE_FIELDS = ("path", "line", "line_end", "excerpt", "tag", "step", "step_end", "detail", "rank")
 
 
@@ -105,13 +106,14 @@ def report_to_dict(report: Report) -> dict[str, Any]:
     """The report as plain data in the documented schema, primary finding first."""
     run = report.run
     top = verdict_finding(report)
-    return {
+    out: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "autopsy_version": report.autopsy_version,
         "run": {name: _run_value(getattr(run, name)) for name in _RUN_FIELDS},
         "verdict": None if top is None else {
             "rule": top.rule, "severity": str(top.severity), "message": top.message,
-            "step": top.step, "wall_time": _num(top.wall_time),
+            "step": top.step,
+            "wall_time": _num(top.wall_time if top.wall_time is not None or not top.primary else run.failure_time),
         },
         "findings": [finding_to_dict(f) for f in ordered_findings(report)],
         "not_evaluated": [{"rule": o.rule, "reason": o.reason or ""}
@@ -127,6 +129,9 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         ],
         "problems": sorted(report.problems),
     }
+    if report.series is not None:  # optional: display data for re-rendering charts (docs/json-schema.md)
+        out["series"] = _jsonable(report.series)
+    return out
 
 
 def report_to_json(report: Report, indent: int | None = 2) -> str:
@@ -212,9 +217,11 @@ def report_from_dict(data: Mapping[str, Any]) -> Report:
         )
     except (KeyError, TypeError, AttributeError) as exc:
         raise ReportFormatError(f"malformed report: {exc!r}") from None
+    series = data.get("series")
     return Report(run=run, findings=findings, outcomes=tuple(outcomes), artifacts=artifacts,
                   problems=tuple(str(p) for p in data.get("problems") or ()),
-                  autopsy_version=str(data.get("autopsy_version") or ""))
+                  autopsy_version=str(data.get("autopsy_version") or ""),
+                  series=_from_json_value(dict(series)) if isinstance(series, Mapping) else None)
 
 
 def reports_from_text(text: str) -> list[Report]:

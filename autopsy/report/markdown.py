@@ -25,8 +25,10 @@ from autopsy.report.common import (
     fmt_fact,
     fmt_step,
     fmt_time,
+    nothing_readable,
     ordered_findings,
     run_finished,
+    struck_at,
     unique_evidence,
 )
 from autopsy.report.sanitize import md_code, md_code_block, md_text, truncate
@@ -260,6 +262,12 @@ def entry_title(cause: Finding) -> str:
     return cause.title + (f" at step {step}" if step is not None else "")
 
 
+def _issue_when(report: Report, cause: Finding) -> str:
+    """`` (step 80, 2026-11-21 12:32:38 UTC)``: when it struck, as far as the artifacts tell."""
+    when = struck_at(report, cause)
+    return f" ({md_text(when[3:])})" if when else ""
+
+
 def render_entry(report: Report, cause: Finding, catalog: Any = None) -> str:
     """One ISSUES-log entry for one root cause (no trailing separator)."""
     docs = card_docs(catalog if catalog is not None else _default_catalog(), cause.rule)
@@ -267,7 +275,7 @@ def render_entry(report: Report, cause: Finding, catalog: Any = None) -> str:
     out = [
         f"## {entry_date(report, cause)} - {md_text(entry_title(cause))}",
         "",
-        f"**Issue:** {md_text(cause.message)}",
+        f"**Issue:** {md_text(cause.message)}{_issue_when(report, cause)}",
         "",
         "**Symptoms:**",
         *_symptoms(report, cause, related),
@@ -301,6 +309,9 @@ def render_markdown(report: Report, catalog: Any = None) -> str:
     """The report as ISSUES-log entries; a one-line note when nothing needs an entry."""
     entries = render_entries(report, catalog)
     if not entries:
+        empty = nothing_readable(report)
+        if empty is not None:
+            return f"**autopsy:** nothing autopsy can read in {md_code(report.run.path)}: {md_text(empty)}.\n"
         n_ne = len(report.not_evaluated)
         extra = f"; {n_ne} rules could not be evaluated" if n_ne else ""
         return (f"**autopsy:** no failure found in {md_code(report.run.path)} "

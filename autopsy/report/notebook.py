@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 
 from autopsy.model import Report, Severity
-from autopsy.report.common import damaged_artifacts, fmt_facts, fmt_step, lost_work, ordered_findings
+from autopsy.report.common import fmt_facts, fmt_step, lost_work, notable_artifacts, ordered_findings
 from autopsy.report.sanitize import strip_terminal, truncate
 from autopsy.report.terminal import render_verdict
 
@@ -47,9 +47,9 @@ def report_repr_html(report: Report) -> str:
     if report.not_evaluated:
         notes.append(f"{len(report.not_evaluated)} rules not evaluated: "
                      + ", ".join(f"{_e(o.rule)} ({_e(o.reason or '?', 120)})" for o in report.not_evaluated[:10]))
-    bad = damaged_artifacts(report)
+    bad = notable_artifacts(report)
     if bad:
-        notes.append("could not read: " + ", ".join(f"{_e(a.path)} ({a.status})" for a in bad[:10]))
+        notes.append("unreadable, skipped or empty: " + ", ".join(f"{_e(a.path)} ({state})" for a, state in bad[:10]))
     foot = "".join(f"<p><small>{n}</small></p>" for n in notes)
     return (f"<div class='autopsy-report'><p><b>{_e(render_verdict(report), 600)}</b></p>"
             f"<p>last step {_e(fmt_step(report))}</p>{table}{rec}{foot}</div>")

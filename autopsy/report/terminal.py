@@ -14,11 +14,13 @@ from collections.abc import Sequence
 from autopsy.model import Evidence, Finding, Report, Severity
 from autopsy.report.advice import resume_advised
 from autopsy.report.common import (
-    damaged_artifacts,
     fmt_facts,
     fmt_int,
     fmt_step,
     lost_work,
+    missing_inputs,
+    notable_artifacts,
+    nothing_readable,
     ordered_findings,
     plain_table,
     run_finished,
@@ -69,6 +71,9 @@ def render_verdict(report: Report, *, color: bool = False) -> str:
     top = verdict_finding(report)
     path = strip_terminal(report.run.path, one_line=True)
     if top is None:
+        empty = nothing_readable(report)
+        if empty is not None:
+            return f"nothing autopsy can read in {path}: {_clean(empty, 400)}"
         what = st.ok("no failure found")
         gaps = [f"last step {fmt_step(report)}"]
         if report.not_evaluated:
@@ -172,7 +177,10 @@ def render_terminal(report: Report, *, color: bool = False) -> str:
     rec = _recovery_lines(report)
     if rec:
         out += [*rec, ""]
-    if report.not_evaluated:
+    collapsed = missing_inputs(report)
+    if collapsed is not None:
+        out += [f"Not evaluated ({len(report.not_evaluated)})", f"  {collapsed}", ""]
+    elif report.not_evaluated:
         out.append(f"Not evaluated ({len(report.not_evaluated)})")
         for o in sorted(report.not_evaluated, key=lambda o: o.rule):
             out.append(f"  {o.rule}: {_clean(o.reason or 'no reason given')}")
@@ -182,12 +190,12 @@ def render_terminal(report: Report, *, color: bool = False) -> str:
         for o in sorted(report.rule_errors, key=lambda o: o.rule):
             out.append(f"  {o.rule}: {_clean(o.reason or 'no reason given')}")
         out.append("")
-    damaged = damaged_artifacts(report)
-    if damaged or report.problems:
-        out.append(f"Could not read ({len(damaged) + len(report.problems)})")
-        for a in damaged:
+    notable = notable_artifacts(report)
+    if notable or report.problems:
+        out.append(f"Unreadable, skipped or empty ({len(notable) + len(report.problems)})")
+        for a, state in notable:
             note = f": {_clean(a.note)}" if a.note else ""
-            out.append(f"  {_clean(a.path)} ({a.status}){note}")
+            out.append(f"  {_clean(a.path)} ({state}){note}")
         for p in sorted(report.problems):
             out.append(f"  {_clean(p)}")
         out.append("")
@@ -200,7 +208,8 @@ def render_table(reports: Sequence[Report], *, color: bool = False) -> str:
     rows = []
     for r in reports:
         top = verdict_finding(r)
-        verdict = "ok" if top is None else f"{top.severity} {top.rule}"
+        verdict = ("nothing readable" if nothing_readable(r) is not None else "ok") if top is None \
+            else f"{top.severity} {top.rule}"
         n = len(r.findings)
         lost = lost_work(r) if top is not None and top.severity >= Severity.ERROR else "-"  # only a failure loses work
         rows.append([_clean(r.run.path, 60), verdict, fmt_step(r), lost, fmt_int(n)])
