@@ -9,19 +9,17 @@ that reads an mtime (a file in progress, a stall, log/artifact ordering, start/e
 asks :func:`assess` first, through the cached ``Run.clock``, and falls back to the
 run's internal clocks (TensorBoard wall times, log timestamps) when mtimes are not real.
 
-Mtimes are judged in this order, first answer wins:
+Mtimes are not the run's when either of these holds:
 
 1. *Anchors.* A TensorBoard event file read completely carries its own clock: its mtime
    is its last write, which is within a flush interval (120 s by default) of its last
-   event's wall time. Event files whose mtime is far from their last wall time (by more
-   than ``ANCHOR_TOLERANCE_S``) prove a copy (or an mtime restored from somewhere else);
-   event files that agree prove the mtimes are real, whatever the other files look like.
+   event's wall time, even when the run hangs (a hung writer writes nothing). Event files
+   modified long after their last event (more than ``ANCHOR_TOLERANCE_S``) prove a copy.
    A file cut short is no anchor: it may hold a newer event we could not read.
-2. *Impossible order.* A log whose mtime is earlier than its own last timestamp by more than
-   any time zone offset (naive timestamps are read as UTC) was not written by this run here.
-3. *A copy's signature.* When (nearly) every file was last written within ``COPY_WINDOW_S`` of
+2. *A copy's signature.* When (nearly) every file was last written within ``COPY_WINDOW_S`` of
    the newest one, the directory was written in one go: a copy, a clone, an extracted archive.
-   A training run writes its configs before it starts and its checkpoints one save apart.
+   A training run writes its configs before it starts and its checkpoints one save apart,
+   except a toy run that lasted seconds by its own clocks (``MIN_RUN_SPAN_S``).
 
 A run is *live* (files may still be being written, so a partial file is "in progress" and
 not corrupt) only when its mtimes are real, nothing in it says the process ended (an exit
@@ -50,6 +48,8 @@ COPY_WINDOW_S = 2.0
 # Share of files (and their minimum number) that must be written at once to call it a copy.
 COPY_SHARE = 0.9
 COPY_MIN_FILES = 5
+# ...unless the run's internal clocks say it lasted less than this (a toy run writes everything at once).
+MIN_RUN_SPAN_S = 60.0
 # Naive log timestamps are read as UTC but may be local time: offsets reach +14 h / -12 h.
 TZ_SLACK_S = 14 * 3600.0
 
@@ -91,47 +91,47 @@ def assess(run: Run) -> Clock:
     arts = [a for a in run.discovery.artifacts if math.isfinite(a.mtime)]
     mtimes = {a.path: a.mtime for a in arts}
     tb_spans = _tb_spans(run)
-    log_spans = [(s.path, s.first_wall_time, s.last_wall_time) for s in run.logs
-                 if _finite(s.first_wall_time) and _finite(s.last_wall_time)]
-    times = [t for _, a, b in tb_spans for t in (a, b)] + [t for _, a, b in log_spans for t in (a, b)]  # type: ignore[misc]
+    log_spans = [(s.path, float(s.first_wall_time), float(s.last_wall_time)) for s in run.logs
+                 if s.first_wall_time is not None and s.last_wall_time is not None
+                 and _finite(s.first_wall_time) and _finite(s.last_wall_time)]
+    times = [t for _, a, b in [*tb_spans, *log_spans] for t in (a, b)]
     start, end = (min(times), max(times)) if times else (None, None)
+    span = end - start if start is not None and end is not None else None
 
-    trusted, reason = _judge_mtimes(run, arts, mtimes, tb_spans, log_spans)
+    trusted, reason = _judge_mtimes(run, arts, mtimes, tb_spans, span)
     ended = ended_trace(run)
     live = trusted and ended is None
     if live and log_spans:
-        newest_log = max(b for _, _, b in log_spans)  # type: ignore[type-var]
+        newest_log = max(b for _, _, b in log_spans)
         if newest_log < run.now - TZ_SLACK_S - run.options.in_progress_seconds:
             live = False  # its logs' own clocks stopped long ago, whatever the files' mtimes say
     return Clock(trusted, reason, start, end, ended, live)
 
 
 def _judge_mtimes(run: Run, arts: list[Artifact], mtimes: dict[str, float],
-                  tb_spans: list[tuple[str, float, float]],
-                  log_spans: list[tuple[str, float | None, float | None]]) -> tuple[bool, str]:
+                  tb_spans: list[tuple[str, float, float]], span: float | None) -> tuple[bool, str]:
     if not arts:
         return False, "no file mtimes"
-    # 1. complete event files: their mtime must sit at their last wall time
+    # 1. complete event files: a copy moves their mtime far past their last event. (An mtime
+    # before the last event is clock skew between the writing host and the file server, or a
+    # restored mtime: not a copy's signature, so it does not count against the mtimes.)
     anchors = [(p, mtimes[p] - last) for p, _, last in tb_spans
                if p in mtimes and run.parse_status(p) is ParseStatus.OK]
-    if anchors:
-        off = [(p, d) for p, d in anchors if abs(d) > ANCHOR_TOLERANCE_S]
-        if 2 * len(off) > len(anchors):
-            p, d = off[0]
-            return False, (f"{p} was last modified {_span(abs(d))} {'after' if d > 0 else 'before'} its last "
-                           "event: the files were copied (cp, scp, git, an archive) and their mtimes are not "
-                           "the run's")
-        return True, f"event file mtimes match their event times ({anchors[0][0]})"
-    # 2. a log modified before its own last timestamp, beyond any time zone offset
-    for p, _, last in log_spans:
-        if p in mtimes and last is not None and mtimes[p] < last - TZ_SLACK_S - ANCHOR_TOLERANCE_S:
-            return False, f"{p} was last modified {_span(last - mtimes[p])} before its last timestamp"
-    # 3. every file written at once
+    late = [(p, d) for p, d in anchors if d > ANCHOR_TOLERANCE_S]
+    if anchors and 2 * len(late) > len(anchors):
+        p, d = late[0]
+        return False, (f"{p} was last modified {_span(d)} after its last event: the files were copied "
+                       "(cp, scp, git, an archive), so their mtimes are the copy's, not the run's")
+    # 2. every file written at once, though the run's own clocks (if any) say it ran for a while
+    # (a toy run can write everything within two seconds; an event file's flushes cannot lie)
     newest = max(mtimes.values())
     at_once = sum(1 for t in mtimes.values() if t >= newest - COPY_WINDOW_S)
-    if len(mtimes) >= COPY_MIN_FILES and at_once >= COPY_SHARE * len(mtimes):
+    if (len(mtimes) >= COPY_MIN_FILES and at_once >= COPY_SHARE * len(mtimes)
+            and (span is None or span >= MIN_RUN_SPAN_S)):
         return False, (f"{at_once} of {len(mtimes)} files were last modified within {COPY_WINDOW_S:.0f} s of each "
                        "other: the directory was copied, cloned or extracted, so mtimes are not the run's")
+    if anchors:
+        return True, f"event file mtimes match their event times ({anchors[0][0]})"
     return True, "file mtimes are spread like a run's writes"
 
 

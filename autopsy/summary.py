@@ -39,8 +39,6 @@ def summarize(run: Any, primary: Finding | None = None, *, display_path: str | N
     started, ended = safe("start/end times", lambda: run_times(run), (None, None))
     ckpt = safe("checkpoints", lambda: run.latest_valid_checkpoint)
     failure_time, failure_source = safe("failure time", lambda: failure_moment(run, primary), (None, None))
-    if failure_time is not None and (ended is None or ended < failure_time):
-        ended = failure_time  # the run ended no earlier than the failure that stopped it
 
     ckpt_path = ckpt.path if ckpt is not None else None
     ckpt_step = ckpt.step if ckpt is not None else None
@@ -74,13 +72,16 @@ def summarize(run: Any, primary: Finding | None = None, *, display_path: str | N
         resume_hint=resume_hint(path, ckpt) if ckpt is not None else None,
         failure_time=failure_time,
         failure_time_source=failure_source,
-        disk_at_analysis=safe("disk usage", lambda: disk_at_analysis(run)),
+        disk_at_analysis=disk_at_analysis(run),
     )
 
 
 def disk_at_analysis(run: Any) -> dict[str, int] | None:
     """The run's volume as measured now (size, free, used): labelled, since it is not the run's."""
-    disk = run.disk
+    try:
+        disk = run.disk
+    except Exception:  # statvfs of an odd mount: the report simply has no volume figures
+        return None
     figures = {"fs_total_bytes": disk.fs_total_bytes, "fs_free_bytes": disk.fs_free_bytes,
                "fs_used_bytes": disk.fs_used_bytes}
     out = {k: int(v) for k, v in figures.items() if isinstance(v, int) and not isinstance(v, bool)}

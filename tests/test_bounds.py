@@ -60,10 +60,13 @@ def test_big_log_with_a_small_max_bytes_is_reported_as_partly_read(tmp_path: Pat
     report = autopsy.analyze(run, options=LoadOptions(max_bytes_per_file=MB))
     art = next(a for a in report.artifacts if a.path == "train.log")
     assert art.status is ParseStatus.TRUNCATED
-    assert f"read only the first {MB:,} bytes of {size:,}" in (art.note or "")
-    assert f"train.log (truncated): read only the first {MB:,}" in report_text(report)
+    # the head and the tail, half the budget each, cut at line boundaries
+    assert "read only the first " in (art.note or "") and f"bytes of {size:,} (byte ranges 0-" in (art.note or "")
+    assert "train.log (truncated): read only the first " in report_text(report)
     scan = autopsy.load_run(run, LoadOptions(max_bytes_per_file=MB)).logs[0]
-    assert scan.bytes_read == MB and not scan.tracebacks  # the traceback lies past the limit
+    assert MB - 2 * len(line) <= scan.bytes_read <= MB
+    assert [tb.exc_type for tb in scan.tracebacks] == ["RuntimeError"]  # the crash at the end is read
+    assert scan.tracebacks[0].line_start == log.read_bytes().count(b"\n") - 2
 
 
 def report_text(report: autopsy.Report) -> str:

@@ -52,7 +52,10 @@ def fake_run(tmp_path: Path, *, tb: dict[str, Sequence[Sequence[float]]] | None 
             }))
     arts = list(artifacts)
     if frames:
-        arts.append(Artifact("runs/events.out.tfevents.1.host", ArtifactKind.TFEVENTS, 1000, now - 10_000))
+        # An event file's mtime is its last write: at its newest wall time when the rows give one.
+        walls = [float(r[2]) for rows in tb.values() for r in rows if len(r) > 2]  # type: ignore[union-attr]
+        ev_mtime = max(walls) if walls else now - 10_000
+        arts.append(Artifact("runs/events.out.tfevents.1.host", ArtifactKind.TFEVENTS, 1000, ev_mtime))
     ev_path = "runs/events.out.tfevents.1.host"
     run.__dict__["tfevents"] = [(ev_path, pd.concat(frames, ignore_index=True))] if frames else []
     run.__dict__["logs"] = list(logs)

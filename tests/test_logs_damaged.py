@@ -82,8 +82,11 @@ def test_max_bytes_truncates_with_note(tmp_path):
     p.write_bytes(OOM_LINE * 1000)
     scan = scan_log(p, "t.log", OOM, max_bytes=len(OOM_LINE) * 10, rank=None)
     assert scan.status is ParseStatus.TRUNCATED
-    assert scan.note.startswith(f"read only the first {len(OOM_LINE) * 10:,} bytes of {len(OOM_LINE) * 1000:,}")
+    # head and tail, half the budget each, cut at line boundaries
+    half = len(OOM_LINE) * 5
+    assert scan.note.startswith(f"read only the first {half:,} and the last {half:,} bytes of {len(OOM_LINE) * 1000:,}")
     assert scan.hits["oom/x"].count == 10 and scan.bytes_read == len(OOM_LINE) * 10
+    assert scan.hits["oom/x"].all_kept()[-1].lineno == 1000  # middle counted: exact line numbers
 
 
 def test_missing_file_and_directory_are_unreadable(tmp_path):

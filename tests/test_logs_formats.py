@@ -167,7 +167,7 @@ HF_BLOCK = """\
 [INFO|trainer.py:2129] 2024-05-01 12:00:00,000 >>   Num examples = 1,000
 [INFO|trainer.py:2130] 2024-05-01 12:00:00,000 >>   Num Epochs = 3
 [INFO|trainer.py:2131] 2024-05-01 12:00:00,000 >>   Instantaneous batch size per device = 8
-[INFO|trainer.py:2134] 2024-05-01 12:00:00,000 >>   Total train batch size (w. parallel, distributed & accumulation) = 32
+[INFO|trainer.py:2134] 2024-05-01 12:00:00 >>   Total train batch size (w. parallel, distributed & accumulation) = 32
 [INFO|trainer.py:2135] 2024-05-01 12:00:00,000 >>   Gradient Accumulation steps = 4
 [INFO|trainer.py:2136] 2024-05-01 12:00:00,000 >>   Total optimization steps = 500
 [INFO|trainer.py:2137] 2024-05-01 12:00:00,000 >>   Number of trainable parameters = 124,439,808
@@ -338,7 +338,7 @@ def test_max_bytes_reads_head_and_tail_with_exact_line_numbers(tmp_path):
     assert tb.exc_type == "RuntimeError"
     assert tb.line_start == 2001  # the middle's newlines were counted
     assert scan.n_lines == data.count(b"\n")
-    assert "bytes 0-" in scan.note and f"of {len(data):,}" in scan.note
+    assert "byte ranges 0-" in scan.note and f"of {len(data):,}" in scan.note
     assert scan.approx_lines_from is None
     steps = [s for s, _ in _series(scan, "loss")]
     assert steps[0] == 0 and steps[-1] == 1999 and 1000 not in steps
@@ -349,10 +349,10 @@ def test_max_bytes_estimates_line_numbers_when_the_middle_is_huge(tmp_path, monk
     from autopsy.parsers import log_window
 
     monkeypatch.setattr(log_window, "COUNT_MIDDLE_MAX", 1000)
-    p, data = _big_log(tmp_path, 20000)
+    p, _ = _big_log(tmp_path, 20000)
     scan = scan_log(p, "train.log", compile_patterns(()), max_bytes=4096, rank=None)
     tb = scan.tracebacks[0]
-    assert abs(tb.line_start - 20001) < 400
+    assert abs(tb.line_start - 20001) < 2000  # an estimate: the lines of the middle are longer
     assert scan.approx_lines_from is not None and scan.approx_lines_from <= tb.line_start
     assert "line numbers" in scan.note and "~" in scan.note
 

@@ -63,7 +63,8 @@ def test_disk_full_entry_is_specialised_with_facts() -> None:
     assert "`save_total_limit: 3` at `configs/train.yaml:12`" in md  # config snippet with file:line
     assert "Set `save_total_limit: 2` (now 3 at `configs/train.yaml:12`)" in md
     # 8 checkpoints of 2.55 GB + the 0.12 GB half-written one, all but checkpoint-8000
-    assert "delete the other 8 checkpoint directories" in md and "frees 17.6 GB" in md
+    assert "delete the other 7 complete checkpoint directories" in md and "frees 17.6 GB" in md
+    assert "delete `checkpoint-9000` too: it cannot be resumed from" in md
     assert "Resume with `--resume_from_checkpoint runs/exp42/checkpoint-8000`" in md
     assert "- `configs/train.yaml` (line 12): `save_total_limit: 3`" in md  # Files Changed
     assert "<https://huggingface.co/docs/transformers/" in md  # card references
@@ -102,7 +103,7 @@ def test_terminal_verdict_and_sections() -> None:
     first = text.splitlines()[0]
     assert first == render_verdict(report)
     assert first.startswith("runs/exp42: CRITICAL disk.full at step 9,000, 2025-10-24 14:03:11 UTC: ")
-    for section in ("Findings (3)", "Recovery", "Not evaluated (1)", "Could not read (1)"):
+    for section in ("Findings (3)", "Recovery", "Not evaluated (1)", "Unreadable, skipped or empty (1)"):
         assert section in text
     assert "resume: --resume_from_checkpoint runs/exp42/checkpoint-8000" in text
     assert "lost since the checkpoint: 1,000 steps, 1h 03m" in text

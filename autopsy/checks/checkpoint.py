@@ -91,14 +91,14 @@ def checkpoint_tally(run: Run) -> dict[str, int]:
             "checkpoint_bytes": int(sum(c.bytes for c in cps))}
 
 
-def count_phrase(tally: dict[str, int]) -> str:
-    """``7 complete checkpoints of 106.9 KB each, plus 1 partial one (750.8 KB in all)``."""
+def count_phrase(tally: dict[str, int], each: bool = True) -> str:
+    """``7 complete checkpoints of 106.9 KB each plus 1 partial one (750.8 KB in all)``."""
     n, partial = tally["complete_checkpoints"], tally["partial_checkpoints"]
     text = f"{n} complete checkpoint{'s' if n != 1 else ''}"
-    if tally["bytes_per_checkpoint"]:
+    if each and tally["bytes_per_checkpoint"]:
         text += f" of {fmt_bytes(tally['bytes_per_checkpoint'])} each"
     if partial:
-        text += f", plus {partial} partial one{'s' if partial != 1 else ''},"
+        text += f" plus {partial} partial one{'s' if partial != 1 else ''}"
     return text + f" ({fmt_bytes(tally['checkpoint_bytes'])} in all)"
 
 

@@ -4,8 +4,9 @@ The failing path comes from the message ("No space left on device: '/data/ckpt/.
 else from the traceback's frames (``save_pretrained``, ``Trainer._save_checkpoint``,
 ``torch.save``, safetensors ``save_file``), else from the last "Saving model checkpoint
 to ..." line before the error. Checkpoint bytes and the latest valid checkpoint come from
-the run's checkpoint scan; the filesystem's free space is reported as measured *now*, at
-analysis time, which may differ from the moment of the crash.
+the run's checkpoint scan (``checkpoint_tally``: the figures checkpoint.retention states too).
+The filesystem's size and free space, measured at analysis time, are not facts of this
+finding: the report keeps them apart (``run.disk_at_analysis``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from autopsy.checks.checkpoint import checkpoint_tally, count_phrase
 from autopsy.checks.common import (
     config_evidence,
     config_lookup,
@@ -30,7 +32,6 @@ from autopsy.checks.common import (
 from autopsy.engine.types import CheckContext
 from autopsy.model import Confidence, Evidence, Finding
 from autopsy.parsers.types import Hit, Traceback
-from autopsy.report.common import fmt_bytes
 
 # Frame function -> what was being written. Checked innermost first.
 _SAVERS = (
@@ -82,7 +83,7 @@ def full(ctx: CheckContext) -> Iterable[Finding]:
         return []
     lead = earliest(hits)
     names = {n for n in _FIRING for h in ctx.hits.get(n, ()) if h in hits}
-    facts: dict[str, Any] = {"count": len(hits)}
+    facts: dict[str, Any] = {"error_lines": len(hits)}  # log lines reporting the failed write
     facts["error"] = "quota" if names <= _QUOTA else "ENOSPC"
     confidence = Confidence.MEDIUM if names <= _STREAM_WRITER else Confidence.HIGH
     path = next((group(h, "path") for h in hits if group(h, "path")), None)
@@ -122,13 +123,10 @@ def _checkpoint_facts(ctx: CheckContext, facts: dict[str, Any], evidence: list[E
     try:
         cps = run.checkpoint_list
         latest = run.latest_valid_checkpoint
-        disk = run.disk
     except Exception:  # a checkpoint-parser bug must not hide the disk-full finding
         return
-    facts["checkpoints_on_disk"] = len(cps)
-    facts["checkpoint_bytes"] = disk.checkpoint_bytes
-    if cps:
-        facts["bytes_per_checkpoint"] = int(disk.checkpoint_bytes / len(cps))
+    # The same figures, by the same definition, as checkpoint.retention states beside this finding.
+    facts.update(checkpoint_tally(run))
     broken = [c for c in cps if not c.valid and not c.in_progress]
     if broken:
         facts["invalid_checkpoints"] = [c.path for c in broken]
@@ -139,9 +137,6 @@ def _checkpoint_facts(ctx: CheckContext, facts: dict[str, Any], evidence: list[E
         facts["latest_valid_checkpoint"] = latest.path
         if latest.step is not None:
             facts["latest_valid_step"] = latest.step
-    if disk.fs_free_bytes is not None:
-        facts["fs_free_bytes_now"] = disk.fs_free_bytes
-        facts["fs_total_bytes_now"] = disk.fs_total_bytes
     for key in ("save_total_limit", "save_steps"):
         entry = config_lookup(run, [key])
         if entry is not None:
@@ -155,13 +150,12 @@ def _message(facts: dict[str, Any], lead: Hit) -> str:
     target = facts.get("failed_path") or facts.get("saving_path")
     at = f" to {target}" if target else ""
     step = f" at step {facts['step']}" if "step" in facts else ""
-    gb = facts.get("checkpoint_bytes")
-    n = facts.get("checkpoints_on_disk")
-    held = f"; {n} checkpoints hold {fmt_bytes(gb)}" if n and gb else ""
+    n = facts.get("complete_checkpoints")
+    held = f"; {count_phrase(facts, each=False)} are on disk" if n is not None and facts.get("checkpoint_bytes") else ""
     lim = facts.get("save_total_limit")
     limit = ""
     if isinstance(lim, int) and not isinstance(lim, bool):
-        limit = (f" although save_total_limit is {lim}" if isinstance(n, int) and n > lim + 1
+        limit = (f" although save_total_limit is {lim}" if isinstance(n, int) and n > lim
                  else f" (save_total_limit {lim})")
     resume = (f"; resume from {facts['latest_valid_checkpoint']}" if "latest_valid_checkpoint" in facts
               else "; no valid checkpoint to resume from" if n is not None else "")

@@ -13,6 +13,8 @@ Layouts recognised (one :class:`Checkpoint` row each):
 - ``sharded``: a ``*.safetensors.index.json`` outside a checkpoint dir, with its shards.
 - ``loose``: any other weights file (``step_1000.pt``, Lightning's
   ``epoch=3-step=1200.ckpt``, a final ``model.safetensors``), grouped by (folder, step).
+  A group needs real weights: ``training_args.bin``, ``rng_state*.pth``, ``optimizer.pt``
+  or ``scheduler.pt`` alone (an HF output dir without its model) are no checkpoint.
 
 Every file is checked in constant time whatever its size (:mod:`safetensors_header`,
 :mod:`zipcheck`, a look at the end of JSON files); nothing is unpickled or loaded.
@@ -40,6 +42,9 @@ _NAMED_STEP = re.compile(r"(?i)(?:^|[^a-z])(?:global_step|step|steps|iter|iterat
 _TRAILING_NUM = re.compile(r"[_\-](?P<step>\d+)\.[a-z]+$", re.I)
 _TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 _INDEX_MAX_BYTES = 64 * 1024 * 1024
+# Torch files that hold trainer state, never weights: HF's training_args.bin, rng_state*.pth,
+# optimizer.pt, scheduler.pt, scaler.pt; DeepSpeed *optim_states.pt; nanochat-style optim_*.pt.
+_AUX_STATE = re.compile(r"^training_args\.bin$|rng_state|optim|scheduler|^scaler\.pt$|trainer_state|lr_sched")
 
 HF_WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin", "adapter_model.safetensors", "adapter_model.bin",
                    "model.safetensors.index.json", "pytorch_model.bin.index.json")
@@ -97,6 +102,8 @@ def find_checkpoints(root: Path, artifacts: Sequence[Artifact], *, now: float,
         folder, name = _split(art.path)
         groups[(folder, _step_from_name(name))].append(art)
     for (folder, step), arts in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or -1)):
+        if not any(is_weights_file(a.path) for a in arts):
+            continue  # training_args.bin, optimizer/scheduler/RNG state alone: nothing to resume from
         arts.sort(key=lambda a: a.path)
         path = arts[0].path if len(arts) == 1 else (folder or ".")
         files = [_check_file(root, a) for a in arts]
@@ -246,6 +253,15 @@ def _index_shards(fs_path: Path) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+def is_weights_file(path: str) -> bool:
+    """A file that holds model weights (safetensors, a torch/Lightning file that is not only
+    trainer state): what makes a group of loose files a checkpoint at all."""
+    name = path.rsplit("/", 1)[-1].lower()
+    if name.endswith(".safetensors"):
+        return True
+    return name.endswith(_TORCH_SUFFIXES) and _AUX_STATE.search(name) is None
 
 
 def _step_from_name(name: str) -> int | None:

@@ -46,9 +46,9 @@ CHAIN_LOOKAHEAD = 8  # lines after a traceback within which a chain marker may f
 
 HEADER = "Traceback (most recent call last):"
 _IPY_HEADER = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)\s+Traceback \(most recent call last\)\s*$")
-_IPY_CELL = re.compile(r"^(?P<file>(?:Cell|Input) In\s*\[\d+\]), (?:line (?P<line>\d+)|in (?P<func>\S.*?))\s*$")
-_IPY_FILE = re.compile(r"^File (?P<file>\S.*?):(?P<line>\d+)(?:, in (?P<func>[^\s(]+))?")
-_IPY_OLD = re.compile(r"^(?P<file><ipython-input-[^>]*>|\S.*?\.pyx?) in (?P<func>[^\s(]+)")
+_IPY_CELL = re.compile(r"^(?P<file>(?:Cell|Input) In\s*\[\d+\]), (?:line (?P<line>\d+)|in (?P<func><[^>]*>|[^\s(]+))")
+_IPY_FILE = re.compile(r"^File (?P<file>\S.*?):(?P<line>\d+)(?:, in (?P<func><[^>]*>|[^\s(]+))?")
+_IPY_OLD = re.compile(r"^(?P<file><ipython-input-[^>]*>|\S.*?\.pyx?) in (?P<func><[^>]*>|[^\s(]+)")
 _IPY_ARROW = re.compile(r"^-*> ?\s*(?P<line>\d+)\s?(?P<code>.*)$")
 _IPY_CONTEXT = re.compile(r"^\s+\d+\s")
 _FLAT_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>[^\s]+))?')
@@ -91,6 +91,7 @@ class _Open:
     noise: int = 0
     last_line: int = 0
     ipython: bool = False
+    header_type: str | None = None  # IPython names the exception in its header line
 
     def add_frame(self, frame: Frame) -> None:
         if len(self.head) < MAX_FRAMES_HEAD:
@@ -143,7 +144,7 @@ class TracebackTracker:
         st.flush_pending()
         frames = tuple(st.head) + tuple(st.tail)
         message = "\n".join(st.message)
-        exc_type = st.exc_type or ""
+        exc_type = st.exc_type or st.header_type or ""
         if cut_off and not st.exc_type:
             message = "(traceback cut off before its exception line)"
         tb = Traceback(path=self.path, line_start=st.start, line_end=max(end_line, st.start),
@@ -196,8 +197,9 @@ class TracebackTracker:
     def _odd_header(self, lineno: int, stripped: str, rank: int | None, step: int | None,
                     wall: float | None) -> None:
         """An IPython header, a prefixed header, or a whole traceback on one line."""
-        if _IPY_HEADER.match(stripped):
-            self._open(lineno, rank, step, wall, ipython=True)
+        m = _IPY_HEADER.match(stripped)
+        if m:
+            self._open(lineno, rank, step, wall, ipython=True).header_type = m.group("type")
             return
         at = stripped.find(HEADER[:30])
         if stripped[:at].rstrip().endswith(("traceback :", "traceback:")):

@@ -5,7 +5,8 @@ over the budget is read as its head (the first half of the budget) and its tail 
 second half), both cut at line boundaries. Line numbers stay right in the head; in the
 tail they are right too when the skipped middle is small enough to count its newlines
 (``bytes.count`` over 8 MB ``pread`` chunks, at memory speed), else they are estimated
-from the head's average line length and the scan says from which line on they are
+from the average line length next to the cut (the end of the head and the start of
+the tail, 8 MB each) and the scan says from which line on they are
 approximate (``LogScan.approx_lines_from``), so reports can write ``line ~N``.
 """
 
@@ -62,7 +63,7 @@ def plan(fd: int, size: int, max_bytes: int) -> Window | None:
     return Window(head, max(tail_from, head), size)
 
 
-def middle_newlines(fd: int, window: Window, head_lines: int) -> tuple[int, bool]:
+def middle_newlines(fd: int, window: Window) -> tuple[int, bool]:
     """Newlines in the skipped middle, and whether that count is exact (else estimated)."""
     skipped = window.skipped
     if skipped <= 0:
@@ -77,5 +78,11 @@ def middle_newlines(fd: int, window: Window, head_lines: int) -> tuple[int, bool
             count += chunk.count(b"\n")
             pos += len(chunk)
         return count, True
-    per_byte = head_lines / window.head_end if window.head_end else 0.0
-    return round(skipped * per_byte), False
+    lines = nbytes = 0
+    for start, end in ((max(0, window.head_end - _CHUNK), window.head_end),
+                       (window.tail_start, min(window.size, window.tail_start + _CHUNK))):
+        if end > start:
+            sample = os.pread(fd, end - start, start)
+            lines += sample.count(b"\n")
+            nbytes += len(sample)
+    return (round(skipped * lines / nbytes) if nbytes else 0), False

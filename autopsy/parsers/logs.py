@@ -44,6 +44,9 @@ from pathlib import Path
 
 from autopsy.model import ParseStatus
 from autopsy.parsers import log_text as lt
+from autopsy.parsers import log_window
+from autopsy.parsers.log_config import TRIGGERS as CONFIG_TRIGGERS
+from autopsy.parsers.log_config import LogConfigTracker
 from autopsy.parsers.log_match import (
     CompiledPatterns,
     HitCollector,
@@ -52,8 +55,6 @@ from autopsy.parsers.log_match import (
     make_hit,
     reference_hits,
 )
-from autopsy.parsers.log_config import TRIGGERS as CONFIG_TRIGGERS
-from autopsy.parsers.log_config import LogConfigTracker
 from autopsy.parsers.log_series import EpochStepGuard, SeriesStore, parse_bar, parse_dict_record, parse_step_line
 from autopsy.parsers.log_tracebacks import HEADER, ChildFailureTracker, TracebackTracker
 from autopsy.parsers.types import LogScan, PatternSpec
@@ -503,6 +504,19 @@ class _Scanner:
         self.series.add_line([k for k, _ in sl.values], [v for _, v in sl.values], step, lineno,
                              self._wall_at(e), rank)
 
+    def skip_middle(self, tail_start: int, middle_lines: int) -> None:
+        """Continue at file offset ``tail_start`` after ``middle_lines`` unread lines (max_bytes):
+        what was open in the head is closed, and the head's step and time do not carry over."""
+        self.tb.close()
+        self.cf.close()
+        self.cfg.block_left = 0
+        self.lines_before += middle_lines
+        self.base = tail_start
+        self.cur_step = None
+        self.ts_prev = None
+        self.tail.clear()
+        self.after_gap = True
+
     # ------------------------------------------------------------------ result
 
     def finish(self, scan: LogScan) -> None:
@@ -601,9 +615,12 @@ def _scan(fs_path: Path, rel_path: str, compiled: CompiledPatterns, max_bytes: i
         # Read what the file held when opened: a log that grows while it is read (training still
         # running) gives a consistent snapshot, and a fast writer cannot keep the scan going.
         limit = max(0, min(int(max_bytes), st.st_size))
+        # over the budget: read the head and the tail (the crash is at the end), skip the middle
+        window = log_window.plan(fd, st.st_size, max_bytes)
+        approx_from: int | None = None
         year = time.gmtime(st.st_mtime).tm_year if st.st_mtime > 0 else time.gmtime().tm_year
         scanner = _Scanner(rel_path, compiled, rank, st.st_size, year)
-        counted = _Counter(_blocks(fd, limit))
+        counted = _Counter(_blocks(fd, limit if window is None else window.head_end))
         stream: Iterator[bytes] = counted
         first = next(counted, b"")
         kind = _utf16_kind(first) if first else None
@@ -615,6 +632,14 @@ def _scan(fs_path: Path, rel_path: str, compiled: CompiledPatterns, max_bytes: i
         notes = [scanner.note] if scanner.note else []
         try:
             unterminated = _feed(scanner, stream)
+            if window is not None and not kind and window.tail_start < window.size:
+                middle, exact = log_window.middle_newlines(fd, window)
+                scanner.skip_middle(window.tail_start, middle)
+                if not exact:
+                    approx_from = scanner.lines_before + 1
+                os.lseek(fd, window.tail_start, os.SEEK_SET)
+                counted.it = _blocks(fd, window.size - window.tail_start)
+                unterminated = _feed(scanner, counted)
         except OSError as exc:
             scan.status = ParseStatus.TRUNCATED
             notes.append(f"read error after {counted.total:,} bytes: {exc.strerror or exc}")
@@ -623,7 +648,11 @@ def _scan(fs_path: Path, rel_path: str, compiled: CompiledPatterns, max_bytes: i
         scan.n_lines = scanner.lines_before + (1 if unterminated else 0)
         if scan.status is ParseStatus.OK and scan.size > limit:
             scan.status = ParseStatus.TRUNCATED
-            notes.insert(0, f"read only the first {scan.bytes_read:,} bytes of {scan.size:,}")
+            if window is not None and not kind:
+                notes.insert(0, window.note(approx_from))
+                scan.approx_lines_from = approx_from
+            else:
+                notes.insert(0, f"read only the first {scan.bytes_read:,} bytes of {scan.size:,}")
         scan.note = "; ".join(notes) or None
         scanner.finish(scan)
     except Exception as exc:  # the contract is "never raise"; keep what was read

@@ -270,25 +270,19 @@ def _decode(buf: bytes, a: np.ndarray, starts: np.ndarray, lengths: np.ndarray, 
 
 def _bad_crcs(buf: bytes, a: np.ndarray, ap: np.ndarray, starts: np.ndarray, lengths: np.ndarray, grp: np.ndarray,
               head: np.ndarray, slot_at: np.ndarray, slot_w: np.ndarray) -> np.ndarray:
-    """Indices of records whose data CRC is wrong: by reference record where possible, else one by one."""
-    import pandas as pd
-
+    """Indices of records whose data CRC is wrong: by group template where possible, else one by one."""
     p = starts + tfrecord.HEADER
-    by_ref = (grp >= 0) & (lengths <= tfrecord.MAX_TABLE_DISTANCE) & (lengths >= slot_at + slot_w)
-    ri = np.flatnonzero(by_ref)
-    other = np.flatnonzero(~by_ref)
+    by_tmpl = (grp >= 0) & (lengths >= slot_at + slot_w)
+    if by_tmpl.all():  # the usual case: no subsets to gather
+        return tfrecord.bad_data_crcs_by_template(buf, ap, p, lengths, grp, head, slot_at, slot_w)
+    ri = np.flatnonzero(by_tmpl)
+    other = np.flatnonzero(~by_tmpl)
     bad: list[np.ndarray] = []
     if len(ri):
-        # the reference of a record: the first record of its group with the same payload length
-        key = grp[ri] * (tfrecord.MAX_TABLE_DISTANCE + 1) + lengths[ri]
-        codes, _ = pd.factorize(key, sort=False)
-        first = np.full(codes.max() + 1, -1, np.int64)
-        first[codes[::-1]] = np.arange(len(ri))[::-1]
-        ref = first[codes]
-        found = tfrecord.bad_data_crcs_by_reference(buf, ap, p[ri], lengths[ri], ref, head[ri], slot_at[ri],
-                                                    slot_w[ri])
-        # exact for every record, a corrupt reference included: linearity needs only that
-        # the two payloads differ nowhere but at the positions accounted for
+        # exact for every record, the template's own included: linearity needs only that
+        # the records differ from it nowhere but at the positions accounted for
+        found = tfrecord.bad_data_crcs_by_template(buf, ap, p[ri], lengths[ri], grp[ri], head[ri], slot_at[ri],
+                                                   slot_w[ri])
         bad.append(ri[found])
     if len(other):
         bad.append(other[tfrecord.bad_data_crcs(buf, a, starts[other], lengths[other])])

@@ -78,15 +78,36 @@ def where(ev: Evidence | None) -> str:
     return f" at {md_code(ev.location())}" if ev is not None else ""
 
 
-def checkpoint_dirs(report: Report) -> dict[str, int]:
-    """Checkpoint directory -> bytes on disk, from the checkpoint files listed as artifacts."""
-    sizes: dict[str, int] = {}
+def checkpoint_dirs(report: Report, extra: tuple[str, ...] = ()) -> dict[str, int]:
+    """Checkpoint directory -> bytes on disk (every file in it), for the directories that hold
+    checkpoint files and the ``extra`` ones (a half-written save may hold only its config)."""
+    dirs = set(extra)
     for a in report.artifacts:
         if a.kind is ArtifactKind.CHECKPOINT_FILE:
             d = posixpath.dirname(a.path)
             if d and _STEP_IN_NAME.search(posixpath.basename(d)):
-                sizes[d] = sizes.get(d, 0) + a.size
+                dirs.add(d)
+    sizes = dict.fromkeys(dirs, 0)
+    for a in report.artifacts:
+        d = posixpath.dirname(a.path)
+        while d:
+            if d in sizes:
+                sizes[d] += a.size
+                break
+            d = posixpath.dirname(d)
     return sizes
+
+
+def broken_checkpoints(report: Report) -> list[str]:
+    """Checkpoints the findings say cannot be resumed from (half-written or corrupt)."""
+    out: list[str] = []
+    for f in report.findings:
+        names = f.facts.get("invalid_checkpoints") if f.rule == "disk.full" else (
+            [f.facts.get("checkpoint")] if f.rule == "checkpoint.corrupt" else [])
+        for n in names if isinstance(names, list) else []:
+            if isinstance(n, str) and n not in out:
+                out.append(n)
+    return out
 
 
 def _step_of(path: str) -> int:
@@ -96,21 +117,31 @@ def _step_of(path: str) -> int:
 
 def cleanup_step(report: Report) -> str | None:
     """Which checkpoints can be deleted (all but the latest valid one) and what that frees."""
-    dirs = checkpoint_dirs(report)
+    broken = [b for b in broken_checkpoints(report) if "/" in b or _STEP_IN_NAME.search(b)]
+    dirs = checkpoint_dirs(report, tuple(broken))
     keep = report.run.latest_valid_checkpoint
     if keep is None or keep not in dirs or len(dirs) < 2:
         return None
-    drop = sorted((d for d in dirs if d != keep), key=_step_of)
-    freed = sum(dirs[d] for d in drop)
-    names = ", ".join(md_code(d) for d in drop[:6]) + (f" and {len(drop) - 6} more" if len(drop) > 6 else "")
-    return (f"Keep {md_code(keep)} (the latest valid checkpoint) and delete the other {len(drop)} "
-            f"checkpoint directories ({names}); that frees {fmt_bytes(freed)}.")
+    bad = sorted((d for d in dirs if d in broken), key=_step_of)
+    drop = sorted((d for d in dirs if d != keep and d not in broken), key=_step_of)
+    text = f"Keep {md_code(keep)} (the latest valid checkpoint)"
+    parts = []
+    if drop:
+        names = ", ".join(md_code(d) for d in drop[:6]) + (f" and {len(drop) - 6} more" if len(drop) > 6 else "")
+        parts.append(f"delete the other {len(drop)} complete checkpoint director{'ies' if len(drop) != 1 else 'y'} "
+                     f"({names})")
+    if bad:
+        names = ", ".join(md_code(d) for d in bad[:6]) + (f" and {len(bad) - 6} more" if len(bad) > 6 else "")
+        parts.append(f"delete {names} too: {'it' if len(bad) == 1 else 'they'} cannot be resumed from "
+                     f"(half-written or corrupt)")
+    freed = sum(dirs[d] for d in drop + bad)
+    return f"{text} and " + "; ".join(parts) + f"; that frees {fmt_bytes(freed)}."
 
 
 def limit_step(report: Report, related: list[Finding]) -> str | None:
     limit = fact(related, "save_total_limit", "limit", "configured_limit")
     present = fact([f for f in related if f.rule == "checkpoint.retention"], "count") or fact(
-        related, "checkpoints_on_disk", "n_checkpoints", "checkpoints_present")
+        related, "complete_checkpoints", "n_checkpoints", "checkpoints_present")
     ev = config_line_for(report, related, "save_total_limit")
     if limit is None and ev is None:
         return None
@@ -143,7 +174,13 @@ def _keep(*steps: str | None) -> list[str]:
 
 
 def _disk_full(f: Finding, r: Report, rel: list[Finding]) -> list[str]:
+    vol = r.run.disk_at_analysis or {}
+    # Figures a finding states about the run itself win; the volume as autopsy saw it is labelled.
     free = fact(rel, "fs_free_bytes", "free_bytes")
+    if free is None:
+        free = vol.get("fs_free_bytes")
+    # Only a volume size the run's own evidence states: the one measured now may be another
+    # volume altogether (cleaned, resized, or the run copied elsewhere).
     total = fact(rel, "fs_total_bytes", "total_bytes", "volume_bytes")
     per = fact(rel, "bytes_per_checkpoint", "checkpoint_bytes_each")
     size = (f"Make the volume larger than the run needs: it holds {fmt_bytes(total)}"
@@ -164,10 +201,12 @@ def retention_cause(rel: list[Finding]) -> list[str]:
     per, total = g.get("bytes_per_checkpoint"), g.get("checkpoint_bytes")
     partial = g.get("count_incomplete")
     text = f"Checkpoints were never pruned: {fmt_value(count)} complete checkpoints"
+    if isinstance(per, (int, float)) and per:
+        text += f" of about {fmt_bytes(per)} each"
     if isinstance(partial, int) and partial:
-        text += f" (plus {partial} partial)"
-    if isinstance(per, (int, float)) and isinstance(total, (int, float)):
-        text += f" of about {fmt_bytes(per)} each ({fmt_bytes(total)} in all)"
+        text += f" plus {partial} partial one{'s' if partial != 1 else ''}"
+    if isinstance(total, (int, float)):
+        text += f" ({fmt_bytes(total)} in all)"
     text += " were on disk"
     if limit is not None:
         text += f", against {md_code(f'save_total_limit: {limit}')}" + (f" at {md_code(str(src))}" if src else "")

@@ -33,6 +33,23 @@ def verdict_finding(report: Report) -> Finding | None:
     return found[0] if found else None
 
 
+# Links where the explained finding is a *cause* of the one that explains it, not a symptom:
+# retention filled the disk, so under disk.full it is the contributing cause (taxonomy,
+# Precedence). The engine links them the same way (``explained_by``); only wording differs.
+CAUSE_LINKS = frozenset({("checkpoint.retention", "disk.full")})
+
+
+def is_cause_link(f: Finding) -> bool:
+    return f.explained_by is not None and (f.rule, f.explained_by) in CAUSE_LINKS
+
+
+def link_phrase(f: Finding) -> str:
+    """``cause of disk.full`` or ``explained by disk.full`` ("" when the finding is not linked)."""
+    if f.explained_by is None:
+        return ""
+    return f"cause of {f.explained_by}" if is_cause_link(f) else f"explained by {f.explained_by}"
+
+
 def damaged_artifacts(report: Report) -> list[Artifact]:
     return sorted((a for a in report.artifacts if a.status in DAMAGED), key=lambda a: a.path)
 
@@ -73,6 +90,9 @@ def nothing_readable(report: Report) -> str | None:
     does not parse, skipped or empty ones, is "nothing to analyse", not "no failure found".
     """
     if report.findings or report.run.last_step is not None or any(_readable(a) for a in report.artifacts):
+        return None
+    # Only when every rule said so too (a hand-built report without outcomes cannot tell).
+    if not report.outcomes or any(o.kind in (OutcomeKind.FIRED, OutcomeKind.NOT_FIRED) for o in report.outcomes):
         return None
     if not report.artifacts:
         return "the directory is empty" + (f" ({report.problems[0]})" if report.problems else "")

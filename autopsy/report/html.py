@@ -296,6 +296,10 @@ def _finding_view(i: int, f: Finding, findings: Sequence[Finding], docs: dict[st
                 break
         else:
             explained = {"rule": f.explained_by, "anchor": None}
+        from autopsy.report.common import is_cause_link
+
+        # retention under disk.full is its cause, not its symptom: the template words the link
+        explained["label"] = "Contributing cause of" if is_cause_link(f) else "Explained by"
     facts = [(k, _fact_value(v)) for k, v in f.facts.items()]
     if f.step is not None:
         facts.insert(0, ("step", fmt_num(f.step)))

@@ -69,11 +69,12 @@ def checkpoint_section(run: Any, findings: Sequence[Finding], crash_step: int | 
         disk_rows.append(("volume size (at analysis time)", fmt_bytes(disk.fs_total_bytes)))
     if disk.fs_free_bytes is not None:
         disk_rows.append(("volume free (at analysis time)", fmt_bytes(disk.fs_free_bytes)))
-    chart = _checkpoint_chart(cps, findings, crash_step)
+    chart = _checkpoint_chart(cps, findings, crash_step, volume_now=disk.fs_total_bytes)
     return {"rows": rows, "disk": disk_rows, "chart": layout(chart) if chart else None}
 
 
-def _checkpoint_chart(cps: Sequence[Any], findings: Sequence[Finding], crash_step: int | None) -> Chart | None:
+def _checkpoint_chart(cps: Sequence[Any], findings: Sequence[Finding], crash_step: int | None,
+                      volume_now: int | None = None) -> Chart | None:
     stepped = [c for c in cps if c.step is not None]
     if not stepped and not any(f.rule == "checkpoint.retention" for f in findings):
         return None
@@ -97,10 +98,16 @@ def _checkpoint_chart(cps: Sequence[Any], findings: Sequence[Finding], crash_ste
         if f.rule != "checkpoint.retention":
             continue
         volume = next((v for k in VOLUME_FACTS if (v := _num(f.facts.get(k))) is not None), None)
+        label = f"volume {fmt_bytes(volume)}" if volume is not None else ""
+        # The rule's forecast used the volume as measured at analysis: drawn only with that forecast
+        # (a 100 GB line beside 1 MB of checkpoints would flatten the plot and say nothing).
+        if volume is None and volume_now and _num(f.facts.get("forecast_fill_step")) is not None:
+            volume = float(volume_now)
+            label = f"volume {fmt_bytes(volume)} (at analysis time)"
         fill = next((v for k, val in f.facts.items() if "fill" in k and k.endswith("step")
                      and (v := _num(val)) is not None), None)
         if volume is not None:
-            markers.append(Marker("hline", f"volume {fmt_bytes(volume)}", f.rule, "level-volume", value=volume,
+            markers.append(Marker("hline", label, f.rule, "level-volume", value=volume,
                                   anchor=finding_anchor(i)))
         if fill is not None:
             markers.append(Marker("vline", f"forecast: disk full at step ~{fmt_num(fill)}", f.rule, "forecast",

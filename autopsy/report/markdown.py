@@ -25,6 +25,7 @@ from autopsy.report.common import (
     fmt_fact,
     fmt_step,
     fmt_time,
+    is_cause_link,
     nothing_readable,
     ordered_findings,
     run_finished,
@@ -92,7 +93,8 @@ def root_causes(report: Report) -> list[Finding]:
 
 
 def explained(report: Report, cause: Finding) -> list[Finding]:
-    """The findings this root cause explains: linked to it, or other findings of its own rule."""
+    """The findings linked to this root cause (symptoms and contributing causes), or other
+    findings of its own rule."""
     return [f for f in ordered_findings(report) if f is not cause and (
         f.explained_by == cause.rule or (f.rule == cause.rule and f.explained_by is None))]
 
@@ -145,6 +147,8 @@ def _symptoms(report: Report, cause: Finding, related: list[Finding]) -> list[st
     if hidden:
         lines.append(f"- … and {hidden} more locations for {md_code(cause.rule)}")
     for f in related:
+        if is_cause_link(f):
+            continue  # a contributing cause is told under Root Cause, not as something observed
         lines.append(f"- {md_code(f.rule)} ({f.severity}): {md_text(f.message)}")
         extra = 0
         for ev in unique_evidence(f):
@@ -180,7 +184,12 @@ def _root_cause(report: Report, cause: Finding, related: list[Finding], docs: Ma
     if shown:
         facts = "; ".join(f"{md_code(k)} = {md_text(fmt_fact(k, v))}" for k, v in shown.items())
         lines += ["", f"Facts: {facts}"]
-    others = list(dict.fromkeys(f.rule for f in related if f.rule != cause.rule))
+    causes = list(dict.fromkeys(f.rule for f in related if f.rule != cause.rule and is_cause_link(f)))
+    if causes:
+        text = "; ".join(f"{md_code(f.rule)} ({f.severity}): {md_text(f.message)}" for f in related
+                         if f.rule in causes and f is next(g for g in related if g.rule == f.rule))
+        lines += ["", f"Contributing cause (it led to {md_code(cause.rule)}): {text}"]
+    others = list(dict.fromkeys(f.rule for f in related if f.rule != cause.rule and not is_cause_link(f)))
     if others:
         names = ", ".join(md_code(r) for r in others)
         lines += ["", f"This cause also explains {names} (see Symptoms)."]
@@ -262,10 +271,14 @@ def entry_title(cause: Finding) -> str:
     return cause.title + (f" at step {step}" if step is not None else "")
 
 
-def _issue_when(report: Report, cause: Finding) -> str:
-    """`` (step 80, 2026-11-21 12:32:38 UTC)``: when it struck, as far as the artifacts tell."""
+def _issue_line(report: Report, cause: Finding) -> str:
+    """The finding's message and when it struck (``... (step 80, 2026-11-21 12:32:38 UTC).``)."""
     when = struck_at(report, cause)
-    return f" ({md_text(when[3:])})" if when else ""
+    if not when:
+        return md_text(cause.message)
+    message = cause.message.rstrip()
+    end = "." if message.endswith(".") else ""
+    return md_text(message[: len(message) - len(end)]) + f" ({md_text(when[3:])}){end}"
 
 
 def render_entry(report: Report, cause: Finding, catalog: Any = None) -> str:
@@ -275,7 +288,7 @@ def render_entry(report: Report, cause: Finding, catalog: Any = None) -> str:
     out = [
         f"## {entry_date(report, cause)} - {md_text(entry_title(cause))}",
         "",
-        f"**Issue:** {md_text(cause.message)}{_issue_when(report, cause)}",
+        f"**Issue:** {_issue_line(report, cause)}",
         "",
         "**Symptoms:**",
         *_symptoms(report, cause, related),

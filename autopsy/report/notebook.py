@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 
 from autopsy.model import Report, Severity
-from autopsy.report.common import fmt_facts, fmt_step, lost_work, notable_artifacts, ordered_findings
+from autopsy.report.common import fmt_facts, fmt_step, link_phrase, lost_work, notable_artifacts, ordered_findings
 from autopsy.report.sanitize import strip_terminal, truncate
 from autopsy.report.terminal import render_verdict
 
@@ -30,7 +30,7 @@ def report_repr_html(report: Report) -> str:
             + (f" {_e(e.detail, 200)}" if e.detail else "")
             for e in f.evidence[:3])
         more = f"<br>… {len(f.evidence) - 3} more" if len(f.evidence) > 3 else ""
-        link = " (primary)" if f.primary else (f" (explained by {_e(f.explained_by)})" if f.explained_by else "")
+        link = " (primary)" if f.primary else (f" ({_e(link_phrase(f))})" if f.explained_by else "")
         rows.append(
             f"<tr><td style='color:{_COLOUR[f.severity]};font-weight:bold'>{f.severity}</td>"
             f"<td><code>{_e(f.rule)}</code>{link}</td><td>{_e(f.message)}"

@@ -17,6 +17,7 @@ from autopsy.report.common import (
     fmt_facts,
     fmt_int,
     fmt_step,
+    link_phrase,
     lost_work,
     missing_inputs,
     notable_artifacts,
@@ -81,7 +82,7 @@ def render_verdict(report: Report, *, color: bool = False) -> str:
         if report.rule_errors:
             gaps.append(f"{len(report.rule_errors)} rule errors")
         return f"{path}: {what} ({', '.join(gaps)})"
-    when = struck_at(report, top)
+    when = _clean(struck_at(report, top), 200)  # the time's source may name a file of the run
     when = f" {when}" if when else ""
     label = st.sev(top.severity, f"{top.severity.name} {top.rule}")
     return f"{path}: {label}{when}: {_clean(top.message, 240)}"
@@ -108,8 +109,8 @@ def _evidence_lines(ev: Evidence, st: _Style, shown: set[str] | None = None) -> 
 
 
 def _finding_lines(report: Report, f: Finding, st: _Style) -> list[str]:
-    tag = " [primary]" if f.primary else (f" (explained by {f.explained_by})" if f.explained_by else "")
-    when = struck_at(report, f)
+    tag = " [primary]" if f.primary else (f" ({link_phrase(f)})" if f.explained_by else "")
+    when = _clean(struck_at(report, f), 200)
     when = f"  {when[3:]}" if when else ""  # drop the leading "at "
     head = f"  {st.sev(f.severity, f'{f.severity.name:<8}')} {st.bold(f.rule)}{tag}{when}"
     out = [head, f"    {_clean(f.message, MESSAGE_WIDTH)}"]
