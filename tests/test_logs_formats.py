@@ -186,6 +186,12 @@ def test_hf_running_training_block():
     assert cfg["max_steps"].raw_key == "Total optimization steps"
 
 
+def test_hf_evaluation_block_is_not_training_config():
+    log = HF_BLOCK + "***** Running Evaluation *****\n  Num examples = 200\n  Batch size = 16\n"
+    entries = [e for e in scan_text(log).config if e.key == "num_examples"]
+    assert [e.value for e in entries] == [1000]
+
+
 def test_plain_text_mentioning_words_is_not_config():
     scan = scan_text("we are Overriding nothing here\nthe Num Epochs line was missing = bad\n")
     assert scan.config == []
