@@ -204,8 +204,8 @@ def _walk(root: Path, limits: WalkLimits, problems: list[str]) -> Iterator[Artif
                 is_link = entry.is_symlink()
                 st = os.stat(entry.path) if is_link else entry.stat(follow_symlinks=False)
             except OSError as exc:
-                note = "broken symlink" if isinstance(exc, FileNotFoundError) else _os_error_note(exc)
-                yield Artifact(rel, ArtifactKind.OTHER, 0, 0.0, ParseStatus.UNREADABLE, note)
+                why = "broken symlink" if isinstance(exc, FileNotFoundError) else _os_error_note(exc)
+                yield Artifact(rel, ArtifactKind.OTHER, 0, 0.0, ParseStatus.UNREADABLE, why)
                 continue
             if is_link:
                 target = os.path.realpath(entry.path)
@@ -246,7 +246,7 @@ def _walk(root: Path, limits: WalkLimits, problems: list[str]) -> Iterator[Artif
             head, err = _sniff(Path(entry.path)) if st.st_size else (b"", None)
             kind, detail = classify(rel, head)
             status = ParseStatus.OK
-            note: str | None = None
+            note = None
             if err is not None:
                 status, note = ParseStatus.UNREADABLE, err
             elif kind is ArtifactKind.OTHER:
