@@ -25,7 +25,7 @@ from fixture_runs import pinned_copy, pinned_now
 
 import autopsy
 from autopsy.model import Report
-from autopsy.report.json_report import report_from_dict, reports_from_text
+from autopsy.report.json_report import reports_from_text
 from autopsy.report.markdown import render_markdown
 from autopsy.report.terminal import render_terminal, render_verdict
 from autopsy.run import LoadOptions
@@ -75,7 +75,7 @@ def test_disk_full_failure_time_is_the_event_time_at_its_step(pinned: Path) -> N
     md = render_markdown(report)
     assert md.startswith("## 2026-11-21 - ")
     issue = next(line for line in md.splitlines() if line.startswith("**Issue:**"))
-    assert issue.endswith("(step 80, 2026-11-21 12:32:38 UTC).")
+    assert issue.startswith("**Issue:** At step 80, 2026-11-21 12:32:38 UTC: A write failed")
     data = json.loads(report.to_json())
     assert data["run"]["failure_time"] == report.run.failure_time
     assert data["verdict"]["wall_time"] == report.run.failure_time

@@ -13,9 +13,9 @@ import json
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast, overload
 
 from autopsy.model import ParseStatus
 from autopsy.parsers.types import Parsed, TrainerState
@@ -48,6 +48,9 @@ def read_trainer_state(fs_path: Path, rel_path: str) -> Parsed:
         return Parsed(None, ParseStatus.UNREADABLE, "empty file" if size == 0 else "only whitespace")
     if len(data) > MAX_BYTES:
         return Parsed(None, ParseStatus.SKIPPED, f"larger than {MAX_BYTES} bytes; not read")
+    fast = _read_columnar(data, rel_path)
+    if fast is not None:
+        return Parsed(fast, ParseStatus.OK, None)
     obj, error = _loads(data)
     if error is None:
         if not isinstance(obj, dict):
@@ -150,9 +153,76 @@ def _salvage(data: bytes) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
     return fields, entries, cut_short
 
 
-def _build(obj: dict[str, Any], rel_path: str) -> TrainerState:
+def _read_columnar(data: bytes, rel_path: str) -> TrainerState | None:
+    """A big, regular file: log_history straight to columns, dicts only on demand (None: read it the plain way)."""
+    from autopsy.parsers.ts_columns import scan_history
+
+    cols = scan_history(data)
+    if cols is None:
+        return None
+    # The rest of the file with an empty history must parse and give exactly that empty
+    # history: then the array the scan read is the file's log_history.
+    obj, error = _loads(data[:cols.start] + b"[]" + data[cols.end:])
+    if error is not None or not isinstance(obj, dict) or obj.get("log_history") != []:
+        return None
+    return _build(obj, rel_path, LazyHistory(data, cols))
+
+
+class LazyHistory(Sequence[dict[str, Any]]):
+    """``log_history`` read as columns; the entry dicts are parsed on first use (equal to ``json.load``'s).
+
+    Holds the file's bytes (far less than 200k dicts would take); ``history_columns``
+    returns the columns without building a dict.
+    """
+
+    def __init__(self, data: bytes, columns: Any) -> None:
+        self._data = data
+        self.columns = columns  # autopsy.parsers.ts_columns.HistoryColumns
+        self._entries: tuple[dict[str, Any], ...] | None = None
+
+    def _all(self) -> tuple[dict[str, Any], ...]:
+        if self._entries is None:
+            view = memoryview(self._data)[self.columns.start:self.columns.end]
+            obj, error = _loads(bytes(view))
+            if error is not None or not isinstance(obj, list):  # the scan accepted it, so this cannot happen
+                raise ValueError(f"log_history no longer parses: {error}")
+            self._entries = tuple(e for e in obj if isinstance(e, dict))
+            self._data = b""
+        return self._entries
+
+    def __len__(self) -> int:
+        return self.columns.n_entries
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[dict[str, Any], ...]: ...
+
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | tuple[dict[str, Any], ...]:
+        return self._all()[i]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LazyHistory):
+            other = other._all()
+        return isinstance(other, tuple | list) and self._all() == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"LazyHistory({self.columns.n_entries} entries)"
+
+
+def _build(obj: dict[str, Any], rel_path: str, lazy: LazyHistory | None = None) -> TrainerState:
     history = obj.get("log_history")
-    entries = tuple(e for e in history if isinstance(e, dict)) if isinstance(history, list) else ()
+    if lazy is not None:
+        # the contract says tuple; a Sequence of the same dicts, parsed on first use
+        entries = cast("tuple[dict[str, Any], ...]", lazy)
+    else:
+        entries = tuple(e for e in history if isinstance(e, dict)) if isinstance(history, list) else ()
     best = obj.get("best_model_checkpoint")
     return TrainerState(
         path=rel_path,
@@ -211,6 +281,9 @@ def history_columns(log_history: Sequence[Any]) -> tuple[np.ndarray, np.ndarray,
 
     import numpy as np
 
+    if isinstance(log_history, LazyHistory):  # read as columns already (steps int64: every entry has one)
+        cols = log_history.columns
+        return cols.tags, cols.steps, cols.values
     hist = [e for e in log_history if isinstance(e, dict)]
     # group entries by key tuple with C-level map/comprehension; per entry Python work is the cost here
     shape_of = list(map(tuple, hist))

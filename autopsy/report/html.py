@@ -188,9 +188,12 @@ def _verdict(report: Report, primary: Finding | None) -> dict[str, Any]:
     elif rs.last_step is not None:
         when.append(f"last step reached {fmt_num(rs.last_step)}" + (f" of {fmt_num(rs.max_steps)}" if rs.max_steps
                                                                      else ""))
-    t = fmt_time(primary.wall_time if primary is not None and primary.wall_time else rs.failure_time)
+    own = primary is not None and bool(primary.wall_time)
+    t = fmt_time(primary.wall_time if own else rs.failure_time)  # type: ignore[union-attr]
     if t:
-        when.append(t)
+        source = rs.failure_time_source or ""
+        # a file's mtime only bounds the failure from above: say where the time comes from
+        when.append(t + (f" ({source})" if not own and source.endswith("last written") else ""))
     recovery = []
     if rs.latest_valid_checkpoint:
         at = f" (step {fmt_num(rs.latest_valid_step)})" if rs.latest_valid_step is not None else ""

@@ -173,7 +173,8 @@ def _root_cause(report: Report, cause: Finding, related: list[Finding], docs: Ma
     if excerpt is not None and excerpt.excerpt:
         lines += ["", md_code_block(excerpt.excerpt)]
     adv = advice_for(cause.rule)
-    for para in adv.cause(cause, report, related) if adv else []:
+    told = adv.cause(cause, report, related) if adv else []
+    for para in told:
         lines += ["", para]
     cfg = config_evidence(report, [cause, *related])
     if cfg:
@@ -185,7 +186,10 @@ def _root_cause(report: Report, cause: Finding, related: list[Finding], docs: Ma
         facts = "; ".join(f"{md_code(k)} = {md_text(fmt_fact(k, v))}" for k, v in shown.items())
         lines += ["", f"Facts: {facts}"]
     causes = list(dict.fromkeys(f.rule for f in related if f.rule != cause.rule and is_cause_link(f)))
-    if causes:
+    if causes and told:  # the advice paragraph above already tells the cause with its figures
+        names = ", ".join(md_code(r) for r in causes)
+        lines += ["", f"Contributing cause: {names} (above) led to {md_code(cause.rule)}."]
+    elif causes:
         text = "; ".join(f"{md_code(f.rule)} ({f.severity}): {md_text(f.message)}" for f in related
                          if f.rule in causes and f is next(g for g in related if g.rule == f.rule))
         lines += ["", f"Contributing cause (it led to {md_code(cause.rule)}): {text}"]
@@ -272,13 +276,11 @@ def entry_title(cause: Finding) -> str:
 
 
 def _issue_line(report: Report, cause: Finding) -> str:
-    """The finding's message and when it struck (``... (step 80, 2026-11-21 12:32:38 UTC).``)."""
+    """When it struck, then the finding's message (``At step 80, 2026-11-21 12:32:38 UTC: ...``)."""
     when = struck_at(report, cause)
     if not when:
         return md_text(cause.message)
-    message = cause.message.rstrip()
-    end = "." if message.endswith(".") else ""
-    return md_text(message[: len(message) - len(end)]) + f" ({md_text(when[3:])}){end}"
+    return f"{md_text(when[0].upper() + when[1:])}: {md_text(cause.message)}"
 
 
 def render_entry(report: Report, cause: Finding, catalog: Any = None) -> str:

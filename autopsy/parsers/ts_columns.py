@@ -1,0 +1,241 @@
+"""``log_history`` of a big trainer_state.json straight into columns, without a dict per entry.
+
+A 200k-entry history parsed into dicts costs as much as ``json.load`` itself, and turning
+the dicts into (tag, step, value) columns costs as much again. The Trainer writes the
+history in one regular shape (``json.dumps(indent=2, sort_keys=True)``: flat objects of
+``"key": number``), so this module reads that shape with numpy over the raw bytes:
+
+1. every ``"`` of the history array is found at once; with no backslash anywhere, quotes
+   pair up into strings, and every string must be a key (followed by ``:``);
+2. keys are identified by (length, first 8 bytes, last 8 bytes), exact up to 16 bytes and
+   compared byte for byte beyond;
+3. each value is cut from a fixed-width window after its key (up to the next ``,`` or
+   ``}``), the windows are joined into one flat JSON array and parsed by one
+   ``orjson.loads`` call (C speed, correctly rounded, same floats as ``json``). ``NaN``,
+   ``Infinity``, ``null``, ``true`` and ``false`` are recognised by their first byte.
+
+Anything else (string or nested values, duplicate keys, odd whitespace, a value longer than
+the window, no orjson) returns None and the caller parses the file the plain way, so the
+result always equals ``json.load`` + the per-value loop (tests/test_fastpaths.py).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+try:
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - depends on the environment
+    _orjson = None  # type: ignore[assignment]
+
+MIN_BYTES = 1 << 20  # below this the plain parse is as fast; tests lower it to cover this path
+_WIN = 32  # value window: leading space, up to 24 value bytes, then the terminator ("\n    }" included)
+_HISTORY = re.compile(rb'"log_history"\s*:\s*\[')
+_OPENS = re.compile(rb"\s*\{")
+_CLOSES = re.compile(rb".*\}\s*\]\Z", re.S)
+_Q, _COLON, _LBRACE, _RBRACE, _COMMA, _SPACE = 34, 58, 123, 125, 44, 32
+_C1, _C2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
+
+
+@dataclass
+class HistoryColumns:
+    """Where the history array sits in the file, its entry count and its (tag, step, value) columns."""
+
+    start: int  # offset of "[" in the file
+    end: int  # offset just past the matching "]"
+    n_entries: int
+    tags: np.ndarray  # object (str)
+    steps: np.ndarray  # int64
+    values: np.ndarray  # float64
+
+
+def scan_history(data: bytes) -> HistoryColumns | None:
+    """Columns of a regular ``log_history`` array in ``data``, or None to take the plain path."""
+    if _orjson is None or len(data) < MIN_BYTES or b"\\" in data:
+        return None  # no escapes anywhere: quotes then delimit strings exactly
+    m = _HISTORY.search(data)
+    if m is None or data.count(b'"', 0, m.start()) % 2:
+        return None  # not found, or found inside a string
+    lb = m.end() - 1
+    rb = data.find(b"]", lb)
+    if rb < 0 or data.find(b"[", lb + 1, rb) >= 0:
+        return None  # nested arrays (or a key holding "]"): not the regular shape
+    if not _OPENS.match(data, lb + 1) or not _CLOSES.match(data[max(lb + 1, rb - 64):rb + 1]):
+        return None  # empty, or not a list of objects
+    buf = np.frombuffer(data, np.uint8)
+    if len(data) - rb < _WIN + 8:  # windows near the end need room: pad (small files only)
+        buf = np.concatenate([buf, np.full(_WIN + 8, _SPACE, np.uint8)])
+    q = np.flatnonzero(buf[lb:rb] == _Q)
+    if len(q) % 2 or not len(q):
+        return None
+    op, cl = q[0::2] + lb, q[1::2] + lb  # file offsets of each key's quotes
+    del q
+    if (buf[cl + 1] != _COLON).any():
+        return None  # a string that is not a key: a string value
+    codes, keys = _key_codes(buf, op, cl)
+    if codes is None or any(ch in k for k in keys for ch in '{}[],:'):
+        return None  # a key holding a structural byte would have fooled the byte counts below
+    parsed = _values(buf, cl + 2)
+    if parsed is None:
+        return None
+    vals, numeric, last, win = parsed
+    # Entries: the last value of each is followed by "}". With flat objects, one comma
+    # between values and between entries, and as many "{" as "}", the array is
+    # [{k: v, ...}, ...] (a few malformed separators json would reject are not caught).
+    n_entries = int(last.sum())
+    region = buf[lb:rb]
+    if not last[-1] or np.count_nonzero(region == _LBRACE) != n_entries \
+            or np.count_nonzero(region == _RBRACE) != n_entries or np.count_nonzero(region == _COMMA) != len(op) - 1:
+        return None
+    ends = np.flatnonzero(last)
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    entry = np.repeat(np.arange(n_entries), ends - starts + 1)
+    # A repeated key in one entry: json keeps the last value, the scan would keep both.
+    if len(keys) >= 64:
+        return None
+    per = np.bitwise_or.reduceat(np.left_shift(np.uint64(1), codes.astype(np.uint64)), starts)
+    if (np.bitwise_count(per) != ends - starts + 1).any():
+        return None
+    step_code = keys.index("step") if "step" in keys else -1
+    is_step = codes == step_code
+    # every entry needs exactly one integer step: anything else (missing, float, null) takes the plain path
+    if step_code < 0 or int(is_step.sum()) != n_entries:
+        return None
+    if not numeric[is_step].all() or np.isin(win[is_step], np.frombuffer(b".eEIN", np.uint8)).any():
+        return None
+    step_vals = vals[is_step]
+    if (np.abs(step_vals) >= 2.0**53).any():
+        return None
+    steps = step_vals.astype(np.int64)
+    keep = numeric & ~is_step
+    tag_arr = np.array(keys, dtype=object)
+    return HistoryColumns(lb, rb + 1, n_entries, tag_arr[codes[keep]], steps[entry[keep]], vals[keep])
+
+
+def _key_codes(buf: np.ndarray, op: np.ndarray, cl: np.ndarray) -> tuple[np.ndarray | None, list[str]]:
+    """A small int per key occurrence and the key strings, or (None, []) if keys are not all text."""
+    import pandas as pd
+
+    kl = (cl - op - 1).astype(np.int64)
+    u8 = _unaligned(buf, "<u8")
+    first = u8[op + 1]
+    last = u8[np.maximum(cl - 8, 0)]
+    short = kl < 8
+    if short.any():  # keep only the key's own bytes
+        keep_bits = np.where(short, (np.uint64(1) << (np.minimum(kl, 7) * 8).astype(np.uint64)) - np.uint64(1),
+                             np.uint64(0xFFFFFFFFFFFFFFFF))
+        first &= keep_bits
+    last = np.where(kl > 8, last, np.uint64(0))  # up to 8 bytes, ``first`` holds the whole key
+    with np.errstate(over="ignore"):
+        h = (first * _C1) ^ (last * _C2) ^ kl.astype(np.uint64)
+    codes, _ = pd.factorize(h, sort=False)
+    n = int(codes.max()) + 1
+    rep = np.empty(n, np.int64)
+    rep[codes] = np.arange(len(codes))
+    r = rep[codes]
+    if (kl != kl[r]).any() or (first != first[r]).any() or (last != last[r]).any():
+        return None, []  # a hash collision: rare enough to leave to the plain path
+    keys = []
+    for c in range(n):
+        i = int(rep[c])
+        s, e = int(op[i]) + 1, int(cl[i])
+        keys.append(buf[s:e].tobytes())
+        if e - s > 16:  # bytes 8..len-9 are not in the identity: compare them
+            members = np.flatnonzero(codes == c)
+            win = np.lib.stride_tricks.sliding_window_view(buf, e - s)[op[members] + 1]
+            if (win != buf[s:e]).any():
+                return None, []
+    try:
+        return codes.astype(np.int64), [k.decode("utf-8") for k in keys]
+    except UnicodeDecodeError:
+        return None, []
+
+
+def _values(buf: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """(float values, numeric mask, last-in-its-object mask, value windows) of the values starting at ``at``."""
+    n = len(at)
+    # The windows are written straight into the text handed to orjson: "       [" + rows + "]"
+    # (the 8-byte lead keeps the rows 8-byte aligned for the word-wise blanking below).
+    text = np.empty(8 + n * _WIN + 1, np.uint8)
+    text[:8] = np.frombuffer(b"       [", np.uint8)
+    text[-1] = ord("]")
+    win = text[8:-1].reshape(n, _WIN)
+    win[...] = np.lib.stride_tricks.sliding_window_view(buf, _WIN)[at]
+    term = win == _COMMA
+    term |= win == _RBRACE
+    end = term.argmax(axis=1)
+    if not term[np.arange(n), end].all() or not end.all():
+        return None  # no terminator in the window (a long value, odd layout) or an empty value
+    del term
+    last = win[np.arange(n), end] == _RBRACE
+    # Blank every byte from the terminator on, a 64-bit word at a time, then end each row with ","
+    words = win.view("<u8")
+    mask = _BLANK_MASKS[end]
+    words &= ~mask
+    mask &= np.uint64(0x2020202020202020)
+    words |= mask
+    del mask
+    first = np.where(win[:, 0] == _SPACE, win[:, 1], win[:, 0])
+    if (first == _SPACE).any():
+        return None  # more than one space after the colon
+    # literals orjson rejects (NaN, Infinity) or that are not numbers (null, true, false):
+    # parsed as 0 and put right afterwards, by first byte ("-I" for -Infinity)
+    lead = np.where(first == ord("-"), np.where(win[:, 0] == _SPACE, win[:, 2], win[:, 1]), first)
+    special = np.isin(lead, np.frombuffer(b"NItfn", np.uint8))
+    if special.any():
+        rows = np.flatnonzero(special)
+        if not _literals_exact(buf, at[rows], lead[rows], first[rows]):
+            return None
+        win[rows, :] = _SPACE
+        win[rows, 1] = ord("0")
+    win[:, _WIN - 1] = _COMMA
+    win[-1, _WIN - 1] = _SPACE
+    try:
+        vals = np.array(_orjson.loads(memoryview(text)), dtype=np.float64)
+    except (_orjson.JSONDecodeError, OverflowError, TypeError, ValueError):
+        return None
+    if len(vals) != n:
+        return None
+    numeric = np.ones(n, bool)
+    if special.any():
+        vals[lead == ord("N")] = np.nan
+        inf = lead == ord("I")
+        vals[inf & (first == ord("-"))] = -np.inf
+        vals[inf & (first != ord("-"))] = np.inf
+        numeric[np.isin(lead, np.frombuffer(b"tfn", np.uint8))] = False
+    return vals, numeric, last, win
+
+
+def _blank_masks() -> np.ndarray:
+    m = np.zeros((_WIN + 1, _WIN), np.uint8)
+    for e in range(_WIN + 1):
+        m[e, e:] = 0xFF
+    return m.view("<u8")
+
+
+_BLANK_MASKS = _blank_masks()  # row e: the bytes of a window from column e on, as words
+_LITERALS = {ord("N"): b"NaN", ord("I"): b"Infinity", ord("t"): b"true", ord("f"): b"false", ord("n"): b"null"}
+
+
+def _literals_exact(buf: np.ndarray, at: np.ndarray, lead: np.ndarray, first: np.ndarray) -> bool:
+    """The special values are exactly their literal (few of them: checked one by one)."""
+    for s0, ld, fs in zip(at.tolist(), lead.tolist(), first.tolist(), strict=True):
+        s = s0 + (1 if buf[s0] == _SPACE else 0)
+        word = _LITERALS[ld]
+        if fs == ord("-"):
+            if word != b"Infinity":
+                return False
+            word = b"-" + word
+        e = s + len(word)
+        if buf[s:e].tobytes() != word or buf[e] not in (_COMMA, _RBRACE, 10, 13, _SPACE, 9):
+            return False
+    return True
+
+
+def _unaligned(buf: np.ndarray, dtype: str) -> np.ndarray:
+    """``buf`` read as little-endian words starting at every byte: element i is bytes i..i+width-1."""
+    width = np.dtype(dtype).itemsize
+    return np.ndarray((len(buf) - width + 1,), dtype, buffer=buf, offset=0, strides=(1,))
