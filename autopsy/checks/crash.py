@@ -46,7 +46,7 @@ _WORKER_MARKERS = ("DataLoader worker", "encountered in worker")
 
 def _signal_of(text: str) -> str:
     t = text
-    if "SIGBUS" in t or "Bus error" in t or "signal 7" in t or "-7)" in t:
+    if "SIGBUS" in t or "Bus error" in t or "signal 7" in t or "-7)" in t or "return code = -7" in t:
         return "SIGBUS"
     if "SIGILL" in t or "signal 4" in t:
         return "SIGILL"
@@ -94,7 +94,8 @@ def segfault(ctx: CheckContext) -> Iterable[Finding]:
         return any(m in hit.text for m in _WORKER_MARKERS)
 
     return line_rule(ctx, names=("fatal_python", "segfault", "segfault_zsh", "bus_error", "signal_line",
-                                           "caught_signal", "exit_139", "elastic_exitcode"),
+                                           "caught_signal", "exit_139", "elastic_exitcode",
+                                           "deepspeed_signal_exit"),
                      message=message, facts=facts, key=key, skip=skip)
 
 
@@ -151,7 +152,10 @@ def exception(ctx: CheckContext) -> Iterable[Finding]:
     min_after = int(ctx.params.get("progress_after_steps", 2))
     explainers = _explainers(tuple(ctx.run.options.patterns))
     groups: dict[str, list[Traceback]] = {}
-    for tb in final_tracebacks(ctx.run):
+    finals = final_tracebacks(ctx.run)
+    if not finals:
+        return _headless(ctx, ignore, min_after, explainers)
+    for tb in finals:
         if tb.exc_type.rsplit(".", 1)[-1] in ignore:
             continue
         if any(_explained(t, explainers) for t in tb_chain(tb)) or _launcher_report(tb):
@@ -212,6 +216,28 @@ def exception(ctx: CheckContext) -> Iterable[Finding]:
         findings.append(ctx.finding(msg, key=key, facts=facts, evidence=evidence, step=lead.step,
                                     wall_time=lead.wall_time, confidence=confidence))
     return findings
+
+
+def _headless(ctx: CheckContext, ignore: set[str], min_after: int,
+              explainers: Sequence[regex.Pattern[str]]) -> list[Finding]:
+    """The last line of an uncaught exception kept without its traceback (pastes, tail -n)."""
+    hits = [h for h in ctx.hits.get("headless_exception", ())
+            if (group(h, "exc_type") or "").rsplit(".", 1)[-1] not in ignore
+            and not recovered(ctx.run, h, min_after) and not any(rx.search(h.text) for rx in explainers)]
+    if not hits:
+        return []
+    # The last one ended the program; earlier ones were logged and survived, or chained into it.
+    lead = max(hits, key=lambda h: (h.wall_time or 0.0, h.path, h.lineno))
+    exc_type = group(lead, "exc_type") or "?"
+    message = (group(lead, "message") or "")[:300]
+    facts: dict[str, Any] = {"exc_type": exc_type, "message": message, "count": len(hits), "traceback": False}
+    if lead.step is not None:
+        facts["step"] = lead.step
+    step = f" at step {lead.step}" if lead.step is not None else ""
+    msg = (f"The run died of an uncaught {exc_type.rsplit('.', 1)[-1]}: {message[:200]!r}{step} ({where(lead)}); "
+           "the log holds only its last line, not the traceback.")
+    return [ctx.finding(msg, key=f"{exc_type.rsplit('.', 1)[-1]}:headless", facts=facts,
+                        evidence=evidence_for([lead]), step=lead.step, wall_time=lead.wall_time)]
 
 
 # ----------------------------------------------------------------------------- cuda.runtime

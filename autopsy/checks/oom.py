@@ -57,18 +57,38 @@ _VARIANTS = {
     "torch2_oom": "torch_allocator", "torch1_oom": "torch_allocator", "oom_bare": "torch_allocator",
     "cuda_error_oom": "cuda_runtime", "cuda_driver_oom": "cuda_driver", "cublas_alloc": "cublas",
     "cudnn_alloc": "cudnn", "xla_oom": "xla", "tf_oom": "tensorflow", "notebook_oom_header": "torch_allocator",
+    "xla_tpu_compile_oom": "xla_tpu_compile", "xla_tpu_alloc": "xla_tpu", "pjrt_alloc": "xla",
+    "mps_oom": "mps",
 }
+# The device named in the message: the rule id says CUDA, but the same failure on a TPU or an
+# Apple GPU is reported by this rule too (it is what users search for), in the device's words.
+_DEVICE = {"xla_tpu_compile": "TPU", "xla_tpu": "TPU", "mps": "Apple GPU (MPS)"}
+
+
+def _unit(hit: Hit, name: str, group_name: str) -> str | None:
+    unit = group(hit, group_name)
+    # PyTorch's MPS allocator formats sizes in powers of 1024 but labels them "GB"/"MB".
+    if unit is not None and name == "mps_oom" and unit.upper() in ("KB", "MB", "GB", "TB"):
+        return unit[0] + "iB"
+    return unit
 
 
 def _figures(hit: Hit, name: str) -> dict[str, Any]:
     """Requested/total/free/allocated/reserved GiB from one allocator message."""
     out: dict[str, Any] = {}
-    req = size_to_gib(group(hit, "requested"), group(hit, "requested_unit"))
+    req = size_to_gib(group(hit, "requested"), _unit(hit, name, "requested_unit"))
     if req is None and group_int(hit, "requested_bytes") is not None:
         req = (group_int(hit, "requested_bytes") or 0) / 1024.0**3
     out["requested_gib"] = req
-    out["total_gib"] = size_to_gib(group(hit, "total"), group(hit, "total_unit"))
-    out["free_gib"] = size_to_gib(group(hit, "free"), group(hit, "free_unit"))
+    out["total_gib"] = size_to_gib(group(hit, "total"), _unit(hit, name, "total_unit"))
+    out["free_gib"] = size_to_gib(group(hit, "free"), _unit(hit, name, "free_unit"))
+    # XLA's compile-time figure (what the program needs) and MPS's own/other allocations.
+    out["needed_gib"] = size_to_gib(group(hit, "used"), group(hit, "used_unit"))
+    if name == "mps_oom":
+        out["allocated_gib"] = size_to_gib(group(hit, "allocated"), _unit(hit, name, "allocated_unit"))
+        out["other_gib"] = size_to_gib(group(hit, "other"), _unit(hit, name, "other_unit"))
+    if group(hit, "memory_space"):
+        out["memory_space"] = group(hit, "memory_space")
     fields = _V2_FIELDS if name == "torch2_oom" else _V1_FIELDS if name == "torch1_oom" else {}
     for fact, rx in fields.items():
         m = rx.search(hit.text)
@@ -134,8 +154,10 @@ def cuda(ctx: CheckContext) -> Iterable[Finding]:
 
 
 def _message(facts: dict[str, Any], lead: Hit, step: int | None, cited: list[str]) -> str:
-    parts = ["The GPU ran out of memory"]
-    if "requested_gib" in facts:
+    parts = [f"The {_DEVICE.get(facts['variant'], 'GPU')} ran out of memory"]
+    if "needed_gib" in facts and "total_gib" in facts:
+        parts.append(f" (the compiled program needs {fmt_gib(facts['needed_gib'])} of {fmt_gib(facts['total_gib'])})")
+    elif "requested_gib" in facts:
         detail = f"tried to allocate {fmt_gib(facts['requested_gib'])}"
         if "free_gib" in facts:
             detail += f" with {fmt_gib(facts['free_gib'])} free"
@@ -163,7 +185,7 @@ _STRONG = {"kernel_oom_kill": "kernel", "cgroup_oom_kill": "cgroup", "slurm_oom_
            "errno_enomem": "ENOMEM"}
 _WEAK = {"bare_killed": "Killed", "shell_killed": "Killed", "exit_137": "exit code 137", "ide_sigkill": "exit code 137",
          "worker_killed": "DataLoader worker SIGKILL", "torchrun_sigkill": "SIGKILL", "spawn_sigkill": "SIGKILL",
-         "subprocess_sigkill": "SIGKILL"}
+         "subprocess_sigkill": "SIGKILL", "deepspeed_sigkill": "SIGKILL"}
 _SCHEDULER_STOP = ("ctx_time_limit", "ctx_pbs_walltime")
 
 

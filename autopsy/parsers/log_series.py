@@ -14,31 +14,20 @@
 * Progress bars (tqdm, accelerate, Lightning): ``n/total``, the rate as ``it/s`` or ``s/it``
   and Lightning's postfix metrics (``train_loss=2.3``).
 
-SeriesPoints are built with ``object.__new__`` + ``__dict__`` (half the cost of the frozen
-dataclass ``__init__``), because an HF log holds about a million dict lines per GB.
+Points are kept in columns by :class:`~autopsy.parsers.log_store.SeriesStore` (an HF log
+holds about a million dict lines per GB).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from autopsy.parsers.types import SeriesPoint
+from autopsy.parsers.log_store import _NO_STEP, MAX_SERIES_POINTS, SeriesStore, point
 
-_new = object.__new__
-
-
-def point(tag: str, step: int | None, value: float, lineno: int,
-          wall_time: float | None, rank: int | None) -> SeriesPoint:
-    """A SeriesPoint, equal to ``SeriesPoint(...)`` but built about twice as fast."""
-    p = _new(SeriesPoint)
-    p.__dict__.update(tag=tag, step=step, value=value, lineno=lineno, wall_time=wall_time, rank=rank)
-    return p
-
+__all__ = ["MAX_SERIES_POINTS", "SeriesStore", "_NO_STEP", "point"]  # re-exported: they lived here
 
 # ------------------------------------------------------------------------ HF dicts
 
@@ -89,6 +78,43 @@ def parse_dict_record(text: str) -> tuple[list[str], list[float], int | None] | 
     if not metric:
         return None
     return keys, values, step
+
+
+# A dict segment laid out exactly as Python's repr (or json.dumps) prints it, with keys the
+# scanner already parsed once: the scanner then reads its values with ONE ``fullmatch`` on
+# the bytes instead of decoding, cleaning and ``findall``-ing it (a million lines per GB).
+_NUM_B = _NUM.encode()
+_TEMPLATE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_/.\-]{0,80}")
+# substrings that would make the scanner treat the line as more than a dict (step line,
+# progress-bar rate, config or ChildFailedError trigger): such keys get no template
+_TEMPLATE_UNSAFE = ("step", "iter", "it/s", "s/it", "overriding", "failures")
+
+
+@dataclass(frozen=True)
+class DictTemplate:
+    """A compiled bytes regex for one key layout of metrics dicts: ``{'k1': NUM, 'k2': NUM}``.
+
+    A segment that ``rx.fullmatch``-es it parses to exactly what :func:`parse_dict_record`
+    gives for it (same keys in order, ``float`` of the same digits, no own step): keys
+    are plain identifiers (no quotes, spaces or step keys), values bare numbers.
+    """
+
+    rx: re.Pattern[bytes]
+    keys: tuple[str, ...]
+    is_train: bool  # "loss" in keys: counts as a training dict
+
+
+def dict_template(keys: Sequence[str], quote: str) -> DictTemplate | None:
+    """The template of a dict with these keys (as parsed), or None when the layout is unsafe."""
+    if not keys or len(keys) > 64 or quote not in ("'", '"'):
+        return None
+    for k in keys:
+        low = k.lower()
+        if not _TEMPLATE_KEY.fullmatch(k) or k in _STEP_KEYS or any(u in low for u in _TEMPLATE_UNSAFE):
+            return None
+    q = re.escape(quote.encode())
+    body = b", ".join(q + re.escape(k.encode()) + q + b": (" + _NUM_B + b")" for k in keys)
+    return DictTemplate(re.compile(b"\\{" + body + b"\\}"), tuple(keys), "loss" in keys)
 
 
 def parse_dict_line(text: str) -> tuple[list[str], list[float]] | None:
@@ -285,127 +311,3 @@ def parse_bar(text: str) -> Bar | None:
     training = not _NOT_TRAINING.search(desc_rest)
     total = int(best.group("total")) if best.group("total") else None
     return Bar(int(best.group("n")), total, rate, best.group("unit"), epoch, training, tuple(post), epoch_known)
-
-
-# ------------------------------------------------------------------------- storage
-
-_NO_STEP = -(2**63)
-MAX_SERIES_POINTS = 2_000_000  # ~46 bytes a point: ~90 MB at most, whatever the log size
-
-
-class SeriesStore(Sequence[SeriesPoint]):
-    """The points of one log in columns (about 46 bytes a point instead of ~330 for a
-    SeriesPoint object); behaves as a read-only sequence of :class:`SeriesPoint`, built on
-    access. ``columns()`` hands the raw columns to DataFrame builders.
-
-    Bounded: when ``cap`` points are held, every other *line* is dropped (non-finite values
-    are always kept, a NaN is evidence) and from then on only every ``stride``-th line is
-    stored, so a 5 GB log keeps an evenly thinned series in fixed memory; ``stride`` > 1
-    says it happened.
-    """
-
-    def __init__(self, cap: int = MAX_SERIES_POINTS) -> None:
-        self.cap = cap
-        self.tag_names: list[str] = []
-        self._tag_ids: dict[str, int] = {}
-        self.tag = array("I")
-        self.step = array("q")
-        self.value = array("d")
-        self.lineno = array("q")
-        self.wall = array("d")
-        self.rank = array("q")
-        self.rec = array("q")  # which stored line a point came from (thinning unit)
-        self.records = 0
-        self.stride = 1
-
-    def _tid(self, tag: str) -> int:
-        i = self._tag_ids.get(tag)
-        if i is None:
-            i = self._tag_ids[tag] = len(self.tag_names)
-            self.tag_names.append(tag)
-        return i
-
-    def add_line(self, tags: Sequence[str], values: Sequence[float], step: int | None, lineno: int,
-                 wall: float | None, rank: int | None) -> None:
-        """Store the values one log line gave (all share step, line, time and rank)."""
-        r = self.records
-        self.records = r + 1
-        if r % self.stride:
-            keep = [i for i, v in enumerate(values) if not math.isfinite(v)]
-            if not keep:
-                return
-            tags = [tags[i] for i in keep]
-            values = [values[i] for i in keep]
-        k = len(values)
-        tid = self._tid
-        self.tag.extend([tid(t) for t in tags])
-        self.value.extend(values)
-        self.step.extend([_NO_STEP if step is None else step] * k)
-        self.lineno.extend([lineno] * k)
-        self.wall.extend([math.nan if wall is None else wall] * k)
-        self.rank.extend([-1 if rank is None else rank] * k)
-        self.rec.extend([r] * k)
-        if len(self.value) >= self.cap:
-            self._thin()
-
-    def add_one(self, tag: str, value: float, step: int | None, lineno: int, wall: float | None,
-                rank: int | None) -> None:
-        """``add_line`` for a single value (progress-bar rates), without the list building."""
-        r = self.records
-        self.records = r + 1
-        if r % self.stride and math.isfinite(value):
-            return
-        self.tag.append(self._tid(tag))
-        self.value.append(value)
-        self.step.append(_NO_STEP if step is None else step)
-        self.lineno.append(lineno)
-        self.wall.append(math.nan if wall is None else wall)
-        self.rank.append(-1 if rank is None else rank)
-        self.rec.append(r)
-        if len(self.value) >= self.cap:
-            self._thin()
-
-    def _thin(self) -> None:
-        self.stride *= 2
-        s = self.stride
-        pairs = enumerate(zip(self.rec, self.value, strict=True))
-        keep = [i for i, (r, v) in pairs if r % s == 0 or not math.isfinite(v)]
-        for name in ("tag", "step", "value", "lineno", "wall", "rank", "rec"):
-            col = getattr(self, name)
-            setattr(self, name, array(col.typecode, [col[i] for i in keep]))
-
-    def __len__(self) -> int:
-        return len(self.value)
-
-    def _point(self, i: int) -> SeriesPoint:
-        st, w, rk = self.step[i], self.wall[i], self.rank[i]
-        return point(self.tag_names[self.tag[i]], None if st == _NO_STEP else st, self.value[i],
-                     self.lineno[i], None if math.isnan(w) else w, None if rk < 0 else rk)
-
-    def __getitem__(self, i):  # type: ignore[no-untyped-def,override]
-        if isinstance(i, slice):
-            return [self._point(j) for j in range(*i.indices(len(self)))]
-        n = len(self)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(i)
-        return self._point(i)
-
-    def __iter__(self) -> Iterator[SeriesPoint]:
-        for i in range(len(self)):
-            yield self._point(i)
-
-    def __repr__(self) -> str:
-        return f"SeriesStore({len(self)} points, tags={self.tag_names!r}, stride={self.stride})"
-
-    def columns(self) -> dict[str, list[Any]]:
-        """Plain columns (tag, step, value, lineno, wall_time, rank) with None for missing."""
-        return {
-            "tag": [self.tag_names[t] for t in self.tag],
-            "step": [None if s == _NO_STEP else s for s in self.step],
-            "value": list(self.value),
-            "lineno": list(self.lineno),
-            "wall_time": [None if math.isnan(w) else w for w in self.wall],
-            "rank": [None if r < 0 else r for r in self.rank],
-        }

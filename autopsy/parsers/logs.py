@@ -55,7 +55,15 @@ from autopsy.parsers.log_match import (
     make_hit,
     reference_hits,
 )
-from autopsy.parsers.log_series import EpochStepGuard, SeriesStore, parse_bar, parse_dict_record, parse_step_line
+from autopsy.parsers.log_series import (
+    DictTemplate,
+    EpochStepGuard,
+    SeriesStore,
+    dict_template,
+    parse_bar,
+    parse_dict_record,
+    parse_step_line,
+)
 from autopsy.parsers.log_tracebacks import HEADER, ChildFailureTracker, TracebackTracker
 from autopsy.parsers.types import LogScan, PatternSpec
 
@@ -66,17 +74,25 @@ HEAD_LINES = 20
 TAIL_LINES = 50
 BAR_STRIDE = 32 << 10
 EVERY_BAR_BELOW = 1 << 20  # files smaller than this get a rate point from every bar
+MAX_TEMPLATES = 8  # dict key layouts read by the fast path (HF prints one or two)
 _TS_INDEX_LIMIT = 2000  # timestamps per block indexed up front; denser blocks look back lazily
 _BAR_TRIES = 32
 
 _PAT, _TRIG, _BAR = 1, 2, 4
-_TRIGGERS = LiteralFinder([
-    b"{'", b'{"', b"Traceback (most recent call last)", b"Failures:", b"Root Cause",
-    b"During handling of the above exception", b"The above exception was the direct cause",
-    b"step", b"Step", b"STEP", b"iter", b"Iter", b"ITER", b"\x1b",
-    b"Epoch(", b"Epoch [", b"Epoch: [",  # mmengine / mmcv / PyTorch example step heads
-    *CONFIG_TRIGGERS,  # configuration printed by nanoGPT and HF Trainer (log_config)
-])
+# Trigger literals in two finders and a byte search: one automaton over all of them (with
+# "{'", which starts every HF dict line, and the one-byte ESC) runs ~7x slower than these.
+_TRIGGERS = (
+    LiteralFinder([
+        b"Traceback (most recent call last)", b"Failures:", b"Root Cause",
+        b"During handling of the above exception", b"The above exception was the direct cause",
+        b"step", b"Step", b"STEP", b"iter", b"Iter", b"ITER",
+        b"Epoch(", b"Epoch [", b"Epoch: [",  # mmengine / mmcv / PyTorch example step heads
+        *CONFIG_TRIGGERS,  # configuration printed by nanoGPT and HF Trainer (log_config)
+    ]),
+    LiteralFinder([b"{'", b'{"']),  # HF / JSON metrics dicts
+)
+_RANK_LITERALS = (b"[rank", b"[default", b"[RANK", b"[Rank")
+_RANK_FINDER = LiteralFinder(_RANK_LITERALS)
 _RANK_FIND = re.compile(rb"\[(?:rank|default|Rank|RANK)[ _]?(\d{1,6})\]")
 _LABEL_FIND = re.compile(rb"(?m)^ {0,4}(\d{1,6}): ")
 _BRACKET_FIND = re.compile(rb"(?m)^\[(\d{1,6})\] ")
@@ -136,6 +152,7 @@ class _Scanner:
         self.epoch_guard = EpochStepGuard()
         self.after_gap = False  # reading the tail after a skipped middle (max_bytes)
         self.series = SeriesStore()
+        self.templates: list[tuple[DictTemplate, list[int]]] = []  # with the store's tag ids
         self.ranks: set[int] = set()
         self.label_mode = lt.LABEL_NONE
         self.head: list[str] = []
@@ -169,7 +186,9 @@ class _Scanner:
         self.buf = buf
         self.n = n
         self.processed += n
-        self.nul += buf.count(b"\x00")
+        self.series.new_block()
+        if b"\x00" in buf:
+            self.nul += buf.count(b"\x00")
         if not buf.isascii():
             try:
                 buf.decode("utf-8")
@@ -177,7 +196,11 @@ class _Scanner:
                 self.bad += buf.decode("utf-8", "replace").count("\ufffd") - buf.count(b"\xef\xbf\xbd")
         if self.first_buf:
             self._first_block(buf)
-        if b"[rank" in buf or b"[default" in buf or b"[RANK" in buf or b"[Rank" in buf:
+        if _RANK_FINDER.engine == "ahocorasick_rs":
+            has_rank = bool(_RANK_FINDER.positions(buf))
+        else:
+            has_rank = any(lit in buf for lit in _RANK_LITERALS)
+        if has_rank:
             self.ranks.update(int(r) for r in set(_RANK_FIND.findall(buf)))
         if self.label_mode == lt.LABEL_SRUN:
             self.ranks.update(int(r) for r in set(_LABEL_FIND.findall(buf)))
@@ -193,7 +216,12 @@ class _Scanner:
         entries = [p << 3 | _PAT for p in self.compiled.finder.positions(buf)]
         if self.compiled.finder_icase.literals:
             entries.extend(p << 3 | _PAT for p in self.compiled.finder_icase.positions(buf.lower()))
-        entries.extend(p << 3 | _TRIG for p in _TRIGGERS.positions(buf))
+        for finder in _TRIGGERS:
+            entries.extend(p << 3 | _TRIG for p in finder.positions(buf))
+        i = buf.find(b"\x1b")
+        while i >= 0:
+            entries.append(i << 3 | _TRIG)
+            i = buf.find(b"\x1b", i + 1)
         if self.every_bar:
             for lit in (b"it/s", b"s/it"):
                 i = buf.find(lit)
@@ -321,8 +349,11 @@ class _Scanner:
             while idx < ne and entries[idx] >> 3 <= e:
                 flags |= entries[idx] & 7
                 idx += 1
-            self._segment(s, e, flags, slow=False)
+            if not (buf[s] == 123 and not flags & _PAT and self._fast_dict(s, e)):  # 123: "{"
+                self._segment(s, e, flags, slow=False)
             done = e + 1
+            if self.templates and idx < ne and entries[idx] & 7 == _TRIG:
+                idx, done = self._fast_run(entries, idx, done)
 
     def _segment(self, s: int, e: int, flags: int, slow: bool) -> None:
         raw = self.buf[s:min(e, s + lt.MAX_SEGMENT_BYTES)]
@@ -342,7 +373,9 @@ class _Scanner:
                     self.hits.add(make_hit(p.key, self.rel, lineno, self._offset(s), text, m, hit_rank, wall, step))
         if flags & _TRIG or slow:
             if "{" in text:
-                self._dict_line(text, lineno, rank, e)
+                keys = self._dict_line(text, lineno, rank, e)
+                if keys is not None and rank is None and raw[:1] == b"{" and len(self.templates) < MAX_TEMPLATES:
+                    self._learn(keys, raw, text)
             low = text.lower() if ("t" in text or "T" in text) else ""
             if low and ("step" in low or "iter" in low or ("Epoch" in text and "[" in text)):
                 self._step_line(text, lineno, rank, e)
@@ -471,10 +504,128 @@ class _Scanner:
 
     # ------------------------------------------------------------------ series
 
-    def _dict_line(self, text: str, lineno: int, rank: int | None, e: int) -> None:
+    def _fast_run(self, entries: list[int], idx: int, done: int) -> tuple[int, int]:
+        """Consecutive dict segments of learnt layouts, each with the plain training bar before
+        it: exactly what :meth:`_segment` + :meth:`_advance_bars` do for them, inlined.
+
+        Stops (returning the entry index and position reached) at the first entry that is
+        anything else; the general walk takes it from there.
+        """
+        buf, n, base = self.buf, self.n, self.base
+        templates = self.templates
+        series = self.series
+        ne = len(entries)
+        rfind, count = buf.rfind, buf.count
+        has_cr = self.has_cr
+        bar_fast, nodesc = _BAR_FAST.search, _BAR_NODESC.match
+        ts = self.ts_index
+        ts_pos, ts_vals = ts if ts is not None else ((), ())
+        while idx < ne:
+            ent = entries[idx]
+            if ent & 7 != _TRIG or self.tb.active or self.cf.active or self.cfg.active:
+                break
+            p = ent >> 3
+            if p == 0 or p < done or (buf[p - 1] != 10 and buf[p - 1] != 13) or buf[p] != 123:
+                break
+            for tpl, tids in templates:
+                m = tpl.rx.match(buf, p)
+                if m is not None:
+                    break
+            else:
+                break
+            e = m.end()
+            if e < n and buf[e] != 10 and buf[e] != 13:
+                break
+            j = idx + 1
+            while j < ne and entries[j] >> 3 <= e:
+                if entries[j] & _PAT:
+                    return idx, done
+                j += 1
+            # the bar: _advance_bars(e) when it ends in _fast_bar, else the general method
+            lo = self.bar_scan
+            q = rfind(b"it/s", lo, e)
+            q = max(q, rfind(b"s/it", max(lo, q), e))  # a "s/it" before the last "it/s" is no matter
+            bm = None
+            if q >= 0 and self.max_total:
+                r = rfind(b"\n", lo, q)
+                if has_cr:
+                    r = max(r, rfind(b"\r", max(lo, r + 1), q))
+                sb = r + 1 if r >= 0 else lo
+                bm = bar_fast(buf, max(sb, q - 80), q + 5)
+                if bm is not None and (int(bm.group(2)) != self.max_total or not nodesc(buf, sb)):
+                    bm = None
+            if self.nl_pos <= p:
+                self.nl_count += count(b"\n", self.nl_pos, p)
+                self.nl_pos = p
+                lineno = self.lines_before + self.nl_count + 1
+            else:
+                lineno = self._lineno(p)
+            if bm is None:
+                self._advance_bars(e)
+            else:
+                self.bar_scan = e
+                step = int(bm.group(1))
+                if base + sb > self.step_pos:
+                    self.cur_step = step
+                    self.step_pos = base + sb
+                if step != self.last_rate_step and bm.group(3) != b"?":
+                    self.last_rate_step = step
+                    if ts is not None:
+                        i = bisect.bisect_left(ts_pos, bm.end())
+                        bwall = ts_vals[i - 1] if i else self.ts_prev
+                    else:
+                        bwall = self._wall_at(bm.end())
+                    series.add_one("it/s" if bm.group(4) == b"it/s" else "s/it", float(bm.group(3)), step,
+                                   lineno - count(b"\n", sb, p) if sb < p else self._lineno(sb), bwall, None)
+            step = self.cur_step
+            if tpl.is_train:
+                self.dict_count += 1
+            if self.step_pos < 0:
+                step = None if self.after_gap else self.dict_count
+                if tpl.is_train:
+                    self.cur_step = step
+            if ts is not None:
+                i = bisect.bisect_left(ts_pos, e)
+                wall = ts_vals[i - 1] if i else self.ts_prev
+            else:
+                wall = self._wall_at(e)
+            series.add_ids(tids, m.groups(), step, lineno, wall, None)
+            idx = j
+            done = e + 1
+        return idx, done
+
+    def _fast_dict(self, s: int, e: int) -> bool:
+        """A dict segment in a learnt layout: what :meth:`_segment` does for it, from bytes."""
+        buf = self.buf
+        for tpl, tids in self.templates:
+            m = tpl.rx.fullmatch(buf, s, e)
+            if m is not None:
+                break
+        else:
+            return False
+        lineno = self._lineno(s)
+        self._advance_bars(e)
+        step = self.cur_step
+        if tpl.is_train:
+            self.dict_count += 1
+        if self.step_pos < 0:  # as in _dict_line: no bar or step line yet
+            step = None if self.after_gap else self.dict_count
+            if tpl.is_train:
+                self.cur_step = step
+        self.series.add_ids(tids, m.groups(), step, lineno, self._wall_at(e), None)
+        return True
+
+    def _learn(self, keys: list[str], raw: bytes, text: str) -> None:
+        tpl = dict_template(keys, text[1:2])
+        # learnt only when the segment really has that layout (same keys, nothing else)
+        if tpl is not None and tpl.rx.fullmatch(raw) and all(t.keys != tpl.keys or t.rx.pattern != tpl.rx.pattern
+                                                             for t, _ in self.templates):
+            self.templates.append((tpl, self.series.tag_ids(tpl.keys)))
+
+    def _dict_line(self, text: str, lineno: int, rank: int | None, e: int) -> list[str] | None:
         parsed = parse_dict_record(text)
         if parsed is None:
-            return
+            return None
         keys, values, own_step = parsed
         self._advance_bars(e)
         is_train = "loss" in keys
@@ -490,6 +641,7 @@ class _Scanner:
             if is_train:
                 self.cur_step = step
         self.series.add_line(keys, values, step, lineno, self._wall_at(e), rank)
+        return keys if own_step is None else None
 
     def _step_line(self, text: str, lineno: int, rank: int | None, e: int) -> None:
         sl = parse_step_line(text)

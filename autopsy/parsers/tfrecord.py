@@ -266,9 +266,9 @@ def bad_data_crcs_by_template(buf: bytes, ap: np.ndarray, p: np.ndarray, lengths
             rows = np.flatnonzero(width == w) if w == 8 or not (width == 4).all() else None
             if rows is not None and not len(rows):
                 continue
-            at = slot if rows is None else slot[rows]
-            at_p = (p if rows is None else p[rows]) + at
-            tail = (lengths if rows is None else lengths[rows]) - at  # value start to payload end
+            v_at = slot if rows is None else slot[rows]
+            at_p = (p if rows is None else p[rows]) + v_at
+            tail = (lengths if rows is None else lengths[rows]) - v_at  # value start to payload end
             t0 = int(tail[0])
             same = bool((tail == t0).all())
             if rows is None and same and t0 == w == 4:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast, overload
 
 from autopsy.model import ParseStatus
+from autopsy.parsers.ts_columns import scan_history
 from autopsy.parsers.types import Parsed, TrainerState
 
 if TYPE_CHECKING:
@@ -41,10 +42,11 @@ def read_trainer_state(fs_path: Path, rel_path: str) -> Parsed:
     try:
         with open(fs_path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
-            data = fh.read(MAX_BYTES + 1)
+            # readall() sizes its buffer from fstat; read(1 GiB) allocates and copies far more
+            data = fh.read() if 0 < size <= MAX_BYTES else fh.read(MAX_BYTES + 1)
     except OSError as exc:
         return Parsed(None, ParseStatus.UNREADABLE, f"cannot read: {exc.strerror or exc}")
-    if not data.strip():
+    if not data or data.isspace():  # isspace stops at the first other byte; strip() would copy the file
         return Parsed(None, ParseStatus.UNREADABLE, "empty file" if size == 0 else "only whitespace")
     if len(data) > MAX_BYTES:
         return Parsed(None, ParseStatus.SKIPPED, f"larger than {MAX_BYTES} bytes; not read")
@@ -155,8 +157,6 @@ def _salvage(data: bytes) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
 
 def _read_columnar(data: bytes, rel_path: str) -> TrainerState | None:
     """A big, regular file: log_history straight to columns, dicts only on demand (None: read it the plain way)."""
-    from autopsy.parsers.ts_columns import scan_history
-
     cols = scan_history(data)
     if cols is None:
         return None
@@ -182,11 +182,12 @@ class LazyHistory(Sequence[dict[str, Any]]):
 
     def _all(self) -> tuple[dict[str, Any], ...]:
         if self._entries is None:
+            # wrapped in an object so that _loads puts NaN/Infinity back in the entries
             view = memoryview(self._data)[self.columns.start:self.columns.end]
-            obj, error = _loads(bytes(view))
-            if error is not None or not isinstance(obj, list):  # the scan accepted it, so this cannot happen
+            obj, error = _loads(b'{"log_history": ' + bytes(view) + b"}")
+            if error is not None or not isinstance(obj, dict):  # the scan accepted it, so this cannot happen
                 raise ValueError(f"log_history no longer parses: {error}")
-            self._entries = tuple(e for e in obj if isinstance(e, dict))
+            self._entries = tuple(e for e in obj["log_history"] if isinstance(e, dict))
             self._data = b""
         return self._entries
 

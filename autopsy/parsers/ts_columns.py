@@ -32,7 +32,10 @@ except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None  # type: ignore[assignment]
 
 MIN_BYTES = 1 << 20  # below this the plain parse is as fast; tests lower it to cover this path
-_WIN = 32  # value window: leading space, up to 24 value bytes, then the terminator ("\n    }" included)
+# Value windows: a space, the value, its comma (after "\n    }" for an entry's last value).
+# 24 bytes hold what the Trainer writes; 32 is the retry for longer values.
+_WIDTHS = (24, 32)
+_WIN = max(_WIDTHS)  # room needed after the array's end
 _HISTORY = re.compile(rb'"log_history"\s*:\s*\[')
 _OPENS = re.compile(rb"\s*\{")
 _CLOSES = re.compile(rb".*\}\s*\]\Z", re.S)
@@ -78,21 +81,32 @@ def scan_history(data: bytes) -> HistoryColumns | None:
     codes, keys = _key_codes(buf, op, cl)
     if codes is None or any(ch in k for k in keys for ch in '{}[],:'):
         return None  # a key holding a structural byte would have fooled the byte counts below
-    parsed = _values(buf, cl + 2)
+    region = buf[lb:rb]
+    ob = np.flatnonzero(region == _LBRACE) + lb
+    n_entries = len(ob)
+    if not n_entries or np.count_nonzero(region == _RBRACE) != n_entries \
+            or np.count_nonzero(region == _COMMA) != len(op) - 1:
+        return None  # with flat objects: one "}" per "{", one comma between values and between entries
+    # the first key of each entry: the first after its "{" (200k lookups, not one per key)
+    firsts = np.searchsorted(op, ob)
+    # every entry holds a key: its first key comes before the next entry's "{"
+    if firsts[0] != 0 or (np.diff(firsts) < 1).any() or firsts[-1] >= len(op) or (op[firsts[1:] - 1] > ob[1:]).any():
+        return None
+    last = np.zeros(len(op), bool)  # the last key of its entry
+    last[firsts[1:] - 1] = True
+    last[-1] = True
+    entry = np.repeat(np.arange(n_entries), np.diff(np.append(firsts, len(op))))
+    upto = np.append(op[1:], rb)
+    parsed = None
+    for width in _WIDTHS:  # a narrow window is cheaper; a long value needs the wide one
+        parsed = _values(buf, cl + 2, upto, last, width)
+        if parsed is not None:
+            break
     if parsed is None:
         return None
-    vals, numeric, last, win = parsed
-    # Entries: the last value of each is followed by "}". With flat objects, one comma
-    # between values and between entries, and as many "{" as "}", the array is
-    # [{k: v, ...}, ...] (a few malformed separators json would reject are not caught).
-    n_entries = int(last.sum())
-    region = buf[lb:rb]
-    if not last[-1] or np.count_nonzero(region == _LBRACE) != n_entries \
-            or np.count_nonzero(region == _RBRACE) != n_entries or np.count_nonzero(region == _COMMA) != len(op) - 1:
-        return None
+    vals, numeric = parsed
     ends = np.flatnonzero(last)
     starts = np.concatenate([[0], ends[:-1] + 1])
-    entry = np.repeat(np.arange(n_entries), ends - starts + 1)
     # A repeated key in one entry: json keeps the last value, the scan would keep both.
     if len(keys) >= 64:
         return None
@@ -104,10 +118,10 @@ def scan_history(data: bytes) -> HistoryColumns | None:
     # every entry needs exactly one integer step: anything else (missing, float, null) takes the plain path
     if step_code < 0 or int(is_step.sum()) != n_entries:
         return None
-    if not numeric[is_step].all() or np.isin(win[is_step], np.frombuffer(b".eEIN", np.uint8)).any():
-        return None
     step_vals = vals[is_step]
-    if (np.abs(step_vals) >= 2.0**53).any():
+    # integral (a "5.0" step reads as 5: equal to json's 5.0) and exact in int64
+    if not numeric[is_step].all() or not (np.abs(step_vals) < 2.0**53).all() \
+            or (step_vals != np.floor(step_vals)).any():
         return None
     steps = step_vals.astype(np.int64)
     keep = numeric & ~is_step
@@ -154,50 +168,57 @@ def _key_codes(buf: np.ndarray, op: np.ndarray, cl: np.ndarray) -> tuple[np.ndar
         return None, []
 
 
-def _values(buf: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """(float values, numeric mask, last-in-its-object mask, value windows) of the values starting at ``at``."""
+def _values(buf: np.ndarray, at: np.ndarray, upto: np.ndarray, last: np.ndarray,
+            width: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(float values, numeric mask) of the values at ``at``, each followed by junk up to ``upto``.
+
+    Each window keeps the value and what follows it up to the next key (blanked where it
+    falls inside): the comma, and for the last value of an entry the braces too, which
+    become spaces. The rows laid end to end are then a JSON array of the values.
+    """
     n = len(at)
-    # The windows are written straight into the text handed to orjson: "       [" + rows + "]"
+    # The windows are laid out as the text handed to orjson: "       [" + rows + "]"
     # (the 8-byte lead keeps the rows 8-byte aligned for the word-wise blanking below).
-    text = np.empty(8 + n * _WIN + 1, np.uint8)
+    text = np.empty(8 + n * width + 1, np.uint8)
     text[:8] = np.frombuffer(b"       [", np.uint8)
     text[-1] = ord("]")
-    win = text[8:-1].reshape(n, _WIN)
-    win[...] = np.lib.stride_tricks.sliding_window_view(buf, _WIN)[at]
-    term = win == _COMMA
-    term |= win == _RBRACE
-    end = term.argmax(axis=1)
-    if not term[np.arange(n), end].all() or not end.all():
-        return None  # no terminator in the window (a long value, odd layout) or an empty value
-    del term
-    last = win[np.arange(n), end] == _RBRACE
-    # Blank every byte from the terminator on, a 64-bit word at a time, then end each row with ","
+    win = text[8:-1].reshape(n, width)
+    win[...] = np.lib.stride_tricks.sliding_window_view(buf, width)[at]
+    span = upto - at
+    if span.min() < 2:
+        return None  # an empty value
     words = win.view("<u8")
-    mask = _BLANK_MASKS[end]
+    mask = _blank_masks(width)[np.minimum(span, width)]
     words &= ~mask
     mask &= np.uint64(0x2020202020202020)
     words |= mask
     del mask
+    rows = np.flatnonzero(last)
+    ends = win[rows]
+    ends[(ends == _LBRACE) | (ends == _RBRACE)] = _SPACE
+    win[rows] = ends
+    del ends, rows
     first = np.where(win[:, 0] == _SPACE, win[:, 1], win[:, 0])
-    if (first == _SPACE).any():
-        return None  # more than one space after the colon
+    if (_JUNK[first] == 1).any():
+        return None  # more than one space after the colon, or no value
     # literals orjson rejects (NaN, Infinity) or that are not numbers (null, true, false):
     # parsed as 0 and put right afterwards, by first byte ("-I" for -Infinity)
     lead = np.where(first == ord("-"), np.where(win[:, 0] == _SPACE, win[:, 2], win[:, 1]), first)
     special = np.isin(lead, np.frombuffer(b"NItfn", np.uint8))
     if special.any():
-        rows = np.flatnonzero(special)
-        if not _literals_exact(buf, at[rows], lead[rows], first[rows]):
+        srows = np.flatnonzero(special)
+        if not _literals_exact(buf, at[srows], lead[srows], first[srows]):
             return None
-        win[rows, :] = _SPACE
-        win[rows, 1] = ord("0")
-    win[:, _WIN - 1] = _COMMA
-    win[-1, _WIN - 1] = _SPACE
-    try:
-        vals = np.array(_orjson.loads(memoryview(text)), dtype=np.float64)
+        for r, s0 in zip(srows.tolist(), at[srows].tolist(), strict=True):
+            e = s0 + (1 if buf[s0] == _SPACE else 0) + len(_LITERALS[int(lead[r])]) + (first[r] == ord("-"))
+            win[r, :e - s0] = _SPACE
+            win[r, e - s0 - 1] = ord("0")
+    try:  # a value cut by the window end merges with the next row or breaks the syntax: caught here
+        parsed = _orjson.loads(text.data)
+        vals = np.fromiter(parsed, np.float64, len(parsed)) if isinstance(parsed, list) else None
     except (_orjson.JSONDecodeError, OverflowError, TypeError, ValueError):
         return None
-    if len(vals) != n:
+    if vals is None or len(vals) != n:
         return None
     numeric = np.ones(n, bool)
     if special.any():
@@ -206,17 +227,24 @@ def _values(buf: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
         vals[inf & (first == ord("-"))] = -np.inf
         vals[inf & (first != ord("-"))] = np.inf
         numeric[np.isin(lead, np.frombuffer(b"tfn", np.uint8))] = False
-    return vals, numeric, last, win
+    return vals, numeric
 
 
-def _blank_masks() -> np.ndarray:
-    m = np.zeros((_WIN + 1, _WIN), np.uint8)
-    for e in range(_WIN + 1):
-        m[e, e:] = 0xFF
-    return m.view("<u8")
+_JUNK = np.zeros(256, np.uint8)  # bytes that may follow a value before the next key
+_JUNK[np.frombuffer(b" \t\r\n,{}", np.uint8)] = 1
 
 
-_BLANK_MASKS = _blank_masks()  # row e: the bytes of a window from column e on, as words
+_MASKS: dict[int, np.ndarray] = {}
+
+
+def _blank_masks(width: int) -> np.ndarray:
+    """Row e: the bytes of a ``width``-byte window from column e on, as 64-bit words."""
+    if width not in _MASKS:
+        m = np.zeros((width + 1, width), np.uint8)
+        for e in range(width + 1):
+            m[e, e:] = 0xFF
+        _MASKS[width] = m.view("<u8")
+    return _MASKS[width]
 _LITERALS = {ord("N"): b"NaN", ord("I"): b"Infinity", ord("t"): b"true", ord("f"): b"false", ord("n"): b"null"}
 
 
