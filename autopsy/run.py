@@ -311,7 +311,8 @@ class Run:
         frames = []
         for path, frame in self.tfevents:
             if len(frame):
-                f = frame.assign(source="tensorboard", path=path, rank=pd.NA)
+                f = frame.assign(source="tensorboard", path=path,
+                                 rank=pd.Series(pd.NA, index=frame.index, dtype="Int64"))
                 frames.append(f)
         ts = self.trainer_state
         if ts is not None:

@@ -4,7 +4,9 @@ The file is written by ``TrainerState.save_to_json`` (``json.dumps(..., indent=2
 sort_keys=True)``), so it holds Python's ``NaN``/``Infinity`` literals when a loss blew
 up, and a crash mid-save leaves it cut short. Both are read: orjson (when installed) for
 speed, the stdlib for the non-standard literals, and a salvage pass that keeps every
-complete ``log_history`` entry and the top-level fields written before the cut.
+complete ``log_history`` entry and the top-level fields written before the cut. Big regular
+files skip the per-entry dicts: ``autopsy.parsers.ts_columns`` reads the history into
+columns and ``log_history`` becomes a :class:`LazyHistory` (dicts parsed on first use).
 """
 
 from __future__ import annotations
@@ -221,7 +223,7 @@ def _build(obj: dict[str, Any], rel_path: str, lazy: LazyHistory | None = None) 
     history = obj.get("log_history")
     if lazy is not None:
         # the contract says tuple; a Sequence of the same dicts, parsed on first use
-        entries = cast("tuple[dict[str, Any], ...]", lazy)
+        entries = cast("Sequence[dict[str, Any]]", lazy)
     else:
         entries = tuple(e for e in history if isinstance(e, dict)) if isinstance(history, list) else ()
     best = obj.get("best_model_checkpoint")
@@ -272,7 +274,8 @@ def _float(v: Any) -> float | None:
 def history_columns(log_history: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(tag, step, value) arrays of every numeric value of ``log_history``, in entry order.
 
-    tag and step are object arrays (step None where an entry has none), value float64.
+    tag and step are object arrays (step None where an entry has none), value float64;
+    for a :class:`LazyHistory` the precomputed columns (step int64: every entry has one).
     The plain way (a tuple per value) costs ~0.6 us a value; here entries are grouped by
     their key tuple (a Trainer writes a handful of shapes), each key becomes one column
     gathered by a list comprehension, and only columns that are not all int/float (bools,

@@ -6,6 +6,7 @@ and rules (which are strict). DataFrames are built from them on the :class:`~aut
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -167,7 +168,7 @@ class TrainerState:
     eval_steps: int | None
     train_batch_size: int | None
     best_model_checkpoint: str | None
-    log_history: tuple[dict[str, Any], ...]
+    log_history: Sequence[dict[str, Any]]  # a tuple, or a lazy columnar view for big files
     extra: dict[str, Any] = field(default_factory=dict)
 
 
