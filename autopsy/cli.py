@@ -1,7 +1,9 @@
 """The ``autopsy`` command: parse arguments, call the API, render, exit. Nothing else imports click.
 
-Only click and the light model are imported at module level so that ``autopsy --help``
-answers at once; the engine, pandas and Jinja2 are imported inside the commands.
+Only click and the standard library modules click loads anyway are imported at module level,
+so that ``autopsy --help`` costs little more than importing click; the model, the engine,
+pandas and Jinja2 are imported inside the commands (``rules list``/``explain`` read the light
+catalog index, see :mod:`autopsy.engine.catalog_index`).
 """
 
 from __future__ import annotations
@@ -9,8 +11,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -21,14 +21,16 @@ from autopsy.cli_support import (
     Ticker,
     collect_run_dirs,
     parent_of_runs_hint,
+    plain_table,
     progress_mode,
     team_card_errors,
     work_is_large,
 )
-from autopsy.model import Report, Severity
 
 if TYPE_CHECKING:
+    from autopsy.engine.catalog_index import CatalogIndex
     from autopsy.engine.loader import Catalog
+    from autopsy.model import Report
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -132,10 +134,25 @@ def _load_catalog(rules: Sequence[str]) -> Catalog:
     return catalog
 
 
+def _catalog_index(rules: Sequence[str]) -> CatalogIndex:
+    """What ``rules list``/``explain`` print: the cached built-in index, or a full load with ``--rules``.
+
+    Both hold the same cards and refusals (the index is the full load's result, served only
+    while no card, engine source or dependency changed); team cards are always loaded in full.
+    """
+    from autopsy.engine.catalog_index import CatalogIndex, builtin_index
+
+    if not rules:
+        return builtin_index()
+    return CatalogIndex.from_catalog(_load_catalog(rules))
+
+
 def _exit_code(reports: Sequence[Report], fail_on: str, worst_error: int) -> int:
     if worst_error:
         return worst_error
     if fail_on != "none":
+        from autopsy.model import Severity
+
         threshold = Severity.parse(fail_on)
         if any(f.severity >= threshold for r in reports for f in r.findings):
             return EXIT_FINDINGS
@@ -191,6 +208,8 @@ def render(reports: Sequence[Report], fmt: str, *, color: bool, quiet: bool, cat
 
 def _emit(text: str, output: str | None, color: bool) -> None:
     if output and output != "-":
+        from pathlib import Path
+
         try:
             Path(output).write_text(text, encoding="utf-8")
         except OSError as exc:
@@ -335,6 +354,9 @@ def analyze(run_dirs: tuple[str, ...], fmt: str, output: str | None, select: tup
         _die(str(exc))
     options = LoadOptions(check_crc=check_crc)
     if max_bytes:
+        from dataclasses import replace
+
+
         options = replace(options, max_bytes_per_file=max_bytes)
 
     # Each bad path is one line now; the good runs are analysed and the exit code says 2.
@@ -402,6 +424,8 @@ class _nullbar:
 def report(saved: str, fmt: str, output: str | None, fail_on: str, quiet: bool, github: bool,
            append: str | None, no_color: bool) -> None:
     """Re-render a saved JSON report (json, array or jsonl) without the run directory."""
+    from pathlib import Path
+
     from autopsy.report.json_report import ReportFormatError, reports_from_text
 
     try:
@@ -431,18 +455,14 @@ def rules() -> None:
 @_guarded
 def rules_list(rules_dirs: tuple[str, ...], as_json: bool) -> None:
     """Every rule: id, severity, status, summary."""
-    from autopsy.engine.loader import card_summary
-
-    catalog = _load_catalog(rules_dirs)
-    rows = [card_summary(c) for c in sorted(catalog.cards.values(), key=lambda c: c.id)]
+    catalog = _catalog_index(rules_dirs)
+    rows = [c.summary() for c in sorted(catalog.cards.values(), key=lambda c: c.id)]
     if as_json:
         import json
 
         for row in rows:
             click.echo(json.dumps(row, ensure_ascii=False))
     else:
-        from autopsy.report.common import plain_table
-
         table = plain_table(["ID", "SEVERITY", "STATUS", "SUMMARY"],
                             [[r["id"], r["severity"], r["status"], str(r["summary"]).strip()] for r in rows])
         click.echo("\n".join(table))
@@ -457,7 +477,7 @@ def rules_list(rules_dirs: tuple[str, ...], as_json: bool) -> None:
 @_guarded
 def rules_explain(rule_id: str, rules_dirs: tuple[str, ...]) -> None:
     """A rule's documentation: summary, why it matters, how to confirm, what to do."""
-    catalog = _load_catalog(rules_dirs)
+    catalog = _catalog_index(rules_dirs)
     card = catalog.get(rule_id)
     if card is None:
         _die(f"unknown rule {rule_id!r}; `autopsy rules list` shows them")

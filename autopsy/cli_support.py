@@ -10,22 +10,23 @@
 * :func:`progress_mode` and :class:`Ticker`: a bar over many runs, an elapsed-time
   indicator for one large run; on a terminal only, never in machine formats.
 
-Light on purpose (``autopsy --help`` imports :mod:`autopsy.cli`): only the standard library
-and the light discovery helpers at module level.
+Light on purpose (``autopsy --help`` imports :mod:`autopsy.cli`): at module level only the
+standard library modules that click imports anyway (``glob`` and ``pathlib`` are imported
+where used).
 """
 
 from __future__ import annotations
 
-import glob
 import os
 import re
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from autopsy.engine.loader import Catalog
 
 PROGRESS_MIN_RUNS = 3
@@ -42,6 +43,8 @@ def collect_run_dirs(args: Sequence[str]) -> tuple[list[str], list[str]]:
     Paths are kept as given; globs the shell did not expand (quoted, Windows) are expanded
     here, keeping only directories.
     """
+    import glob
+
     dirs: list[str] = []
     problems: list[str] = []
     for arg in args:
@@ -61,13 +64,15 @@ def collect_run_dirs(args: Sequence[str]) -> tuple[list[str], list[str]]:
     return dirs, problems
 
 
+# Patterns as source text, compiled by `re.match` on first use (its cache keeps them): compiling
+# them at import cost ~2 ms of every `autopsy --help`.
 # Strong signs that a directory is a run root of its own (configs alone are not: a sweep
 # folder often holds its shared config).
-_RUN_FILE = re.compile(r"(?i)^(?:.*\.(?:log|out|err)|nohup\.out|slurm-.*|trainer_state\.json|"
-                       r".*tfevents.*|exit_?code(?:\.txt)?|returncode)$")
-_RUN_SUBDIR = re.compile(r"(?i)^(?:checkpoints?|checkpoint[-_]\d+|ckpts?|logs?|tb|tensorboard|runs)$")
+_RUN_FILE = (r"(?i)^(?:.*\.(?:log|out|err)|nohup\.out|slurm-.*|trainer_state\.json|"
+              r".*tfevents.*|exit_?code(?:\.txt)?|returncode)$")
+_RUN_SUBDIR = r"(?i)^(?:checkpoints?|checkpoint[-_]\d+|ckpts?|logs?|tb|tensorboard|runs)$"
 # Sub-directories that are parts of one run, not runs: per-rank logs, checkpoints, tb splits.
-_PART_OF_A_RUN = re.compile(
+_PART_OF_A_RUN = (
     r"(?i)^(?:\d+|(?:rank|node|worker|host|proc|gpu|device|attempt)[_\-.]?\d+|checkpoints?|checkpoint[-_]?\d+|"
     r"ckpts?|global_step[-_]?\d+|step[-_]?\d+|epoch[-_]?\d+|iter(?:ation)?[-_]?\d+|logs?|tb|tensorboard|"
     r"events|configs?|conf|train|training|eval|evaluation|val|valid|validation|test|outputs?|wandb|\..*)$")
@@ -90,12 +95,12 @@ def _is_dir(entry: os.DirEntry[str]) -> bool:
 
 
 def _has_run_files(entries: Sequence[os.DirEntry[str]]) -> bool:
-    return any(_RUN_FILE.match(e.name) and not _is_dir(e) for e in entries)
+    return any(re.match(_RUN_FILE, e.name) and not _is_dir(e) for e in entries)
 
 
 def _looks_like_run_root(path: str) -> bool:
     entries = _entries(path)
-    return _has_run_files(entries) or any(_RUN_SUBDIR.match(e.name) and _is_dir(e) for e in entries)
+    return _has_run_files(entries) or any(re.match(_RUN_SUBDIR, e.name) and _is_dir(e) for e in entries)
 
 
 def parent_of_runs_hint(run_dir: str) -> str | None:
@@ -103,7 +108,7 @@ def parent_of_runs_hint(run_dir: str) -> str | None:
     entries = _entries(run_dir)
     if _has_run_files(entries):
         return None
-    runs = [e for e in entries if _is_dir(e) and not _PART_OF_A_RUN.match(e.name) and _looks_like_run_root(e.path)]
+    runs = [e for e in entries if _is_dir(e) and not re.match(_PART_OF_A_RUN, e.name) and _looks_like_run_root(e.path)]
     if len(runs) < 2:
         return None
     shown = run_dir.rstrip("/\\") or run_dir
@@ -118,6 +123,8 @@ def team_card_errors(catalog: Catalog, rules_dirs: Sequence[str]) -> list[str]:
 
     Built-in cards are the project's own: their errors stay in the report as rule errors.
     """
+    from pathlib import Path
+
     from autopsy.engine.loader import load_catalog
 
     if not rules_dirs:
@@ -150,6 +157,16 @@ def _path_mismatch(card_id: str, rel: Path) -> str | None:
         return None
     return (f"{card_id!r} does not match the file's path; name it {family}/{name}{rel.suffix} or "
             f"{card_id}{rel.suffix} (under the --rules directory)")
+
+
+def plain_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """Left-aligned columns two spaces apart (``rules list``); as ``report.common.plain_table``,
+    which the command does not import because that module pulls in the whole model."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
+    for r in rows:
+        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return out
 
 
 # ---------------------------------------------------------------------------- progress

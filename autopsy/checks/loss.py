@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from autopsy.checks.loss_scale import ScalerPatterns, scale_collapse
 from autopsy.checks.series import (
     Series,
     as_float,
@@ -41,18 +42,36 @@ CLASS_KEYS = ("num_labels", "num_classes", "n_classes")
 # ----------------------------------------------------------------------------- loss.nonfinite
 
 
+# The card's fp16 loss-scaler lines, by what each means (see autopsy.checks.loss_scale).
+SCALER_PATTERNS = ScalerPatterns(
+    per_skip=("apex_overflow", "deepspeed_overflow", "deepspeed_fp16_overflow", "deepspeed_overflow_detected",
+              "fairseq_overflow"),
+    interval=("megatron_iteration",),
+    running=("deepspeed_step_report",),
+    gave_up=("deepspeed_min_scale", "fairseq_min_scale"),
+    labels={"apex_overflow": "apex amp", "deepspeed_overflow": "DeepSpeed", "deepspeed_fp16_overflow": "DeepSpeed",
+            "deepspeed_overflow_detected": "DeepSpeed", "fairseq_overflow": "fairseq",
+            "megatron_iteration": "Megatron", "deepspeed_step_report": "DeepSpeed",
+            "deepspeed_min_scale": "DeepSpeed", "fairseq_min_scale": "fairseq"},
+)
+
+
 def nonfinite(ctx: CheckContext) -> Iterable[Finding]:
-    """The first NaN/Inf in the loss and in the grad norm, each reported on its own."""
+    """The first NaN/Inf in the loss and in the grad norm, each reported on its own, and an fp16
+    loss scaler skipping (almost) every step (gradients non-finite at every step)."""
     run = ctx.run
+    collapse = scale_collapse(ctx, SCALER_PATTERNS)
     loss = load_series(run, "loss")
     gnorm = load_series(run, "grad_norm")
     if loss is None and gnorm is None:
-        raise NotEvaluated("no loss or grad_norm series found")
+        if collapse or any(ctx.hits.get(n) for n in SCALER_PATTERNS.labels):
+            return collapse  # the scaler's lines were read: evaluated
+        raise NotEvaluated("no loss or grad_norm series found, and no fp16 loss-scaler lines")
     n_before = int(ctx.param("values_before"))
     max_transient = int(ctx.param("max_transient_points"))
     max_transient_frac = float(ctx.param("max_transient_fraction"))
     loss_ok = loss is None or bool(np.isfinite(loss.values).all())
-    out: list[Finding] = []
+    out: list[Finding] = list(collapse)
     for s in (loss, gnorm):
         if s is None:
             continue

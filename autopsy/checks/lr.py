@@ -163,8 +163,12 @@ def floor(ctx: CheckContext) -> Iterable[Finding]:
 
 
 def mismatch(ctx: CheckContext) -> Iterable[Finding]:
-    """Observed LR orders of magnitude from the configured one, or a warmup longer than the run."""
+    """Observed LR orders of magnitude from the configured one, or a warmup longer than the run,
+    or an LR of 0 at every logged step (no config needed to say that one)."""
     run = ctx.run
+    zero = _zero_lr(ctx)
+    if zero is not None:
+        return [zero]
     cfg, cfg_entry = config_float(run, LR_KEYS)
     warm, warm_entry = config_float(run, WARMUP_KEYS)
     wratio, wratio_entry = config_float(run, WARMUP_RATIO_KEYS)
@@ -195,7 +199,7 @@ def mismatch(ctx: CheckContext) -> Iterable[Finding]:
         reasons.append(f"the warmup ({warm:.0f} steps, {cite(warm_entry)}) is longer than the whole run "
                        f"({planned} steps), so the configured peak is never reached")
     ratio = None
-    if s is not None and cfg is not None and cfg > 0:
+    if s is not None and cfg is not None and cfg > 0 and float(np.max(s.values)) > 0:
         i = int(np.argmax(s.values))
         observed = float(s.values[i])
         ratio = observed / cfg
@@ -230,6 +234,8 @@ def mismatch(ctx: CheckContext) -> Iterable[Finding]:
                               f"{direction} the configured {cfg:.3g} ({cite(cfg_entry)}){why}")
     elif s is None and not warm_too_long:
         raise NotEvaluated("no LR series found to compare with the configured learning_rate")
+    # (an all-zero LR series that _zero_lr did not report, too few points or too coarsely printed
+    # to tell from a decayed LR, has no ratio to the configured one: nothing to say about it here)
     if not reasons:
         return []
     if warm_too_long:
@@ -252,3 +258,92 @@ def _warmup_like_entry(run: Run) -> ConfigEntry | None:
     cands = [e for e in run.config_entries if "warmup" in e.raw_key.lower() and e.value is not None]
     cands.sort(key=lambda e: (e.source not in ("yaml", "json", "toml", "hydra"), e.path, e.line or 0))
     return cands[0] if cands else None
+
+
+# ----------------------------------------------------------------------------- lr.mismatch: LR = 0
+
+
+# ``lr: 0.00000000``, ``'learning_rate': 0.0``, ``learning rate: 0.000E+00``: the value after the tag.
+_PRINTED = r"""["']?\s*[:=]\s*["']?(?P<v>[-+]?(?:\d+(?:\.(?P<dec>\d*))?|\.(?P<dec2>\d+))(?P<exp>[eE][-+]?\d+)?)"""
+
+
+def _printed_zero(run: Run, s: Series) -> tuple[float | None, str | None, int | None]:
+    """(bound, line, lineno): how far from 0 a logged LR printed as 0 can be, from the line printing it.
+
+    ``0.000000`` (6 decimals) only says LR < 5e-7, which a step-decayed schedule reaches by
+    design; ``0.00000000`` says < 5e-9; ``0.000E+00`` and a Python repr (``'lr': 0.0``) are 0.
+    Event files and trainer_state.json hold the float itself: bound 0. None when the line is not
+    among the lines kept of the file (head and tail).
+    """
+    if s.source != "log":
+        return 0.0, None, None
+    import regex
+
+    pat = regex.compile(r"(?P<q>['\"]?)\b" + regex.escape(s.tag) + _PRINTED)
+    for scan in run.logs:
+        if scan.path != s.path:
+            continue
+        lines = [(i + 1, t) for i, t in enumerate(scan.head)] + list(scan.tail)
+        for lineno, text in reversed(lines):
+            m = pat.search(text)
+            if m is None or float(m.group("v")) != 0.0:
+                continue
+            if m.group("exp") is not None or (m.group("q") and m.group("dec") is not None and text.count("{")):
+                return 0.0, text, lineno  # scientific notation or a dict repr: printed exactly
+            dec = m.group("dec") if m.group("dec") is not None else (m.group("dec2") or "")
+            return 0.5 * 10.0 ** -len(dec), text, lineno
+    return None, None, None
+
+
+def _zero_lr(ctx: CheckContext) -> Finding | None:
+    """An LR (or LR multiplier) of exactly 0 at every logged step: the model does not train.
+
+    Not an LR that is 0 only at the start of a warmup or the end of a decay (some point is
+    non-zero), not a handful of points (``min_zero_points``), not a 0 printed too coarsely to tell
+    from a decayed LR (``max_zero_lr``), and not when the loss falls clearly over the same steps
+    (``max_loss_drop_fraction``): then something does train, whatever the printed LR says.
+    """
+    run = ctx.run
+    s = load_series(run, "lr") or load_series(run, "lr_multiplier")
+    s = s.finite() if s is not None else None
+    if s is None or len(s) < int(ctx.param("min_zero_points")) or bool(np.any(s.values != 0)):
+        return None
+    bound, line, lineno = _printed_zero(run, s)
+    if bound is not None and bound > float(ctx.param("max_zero_lr")):
+        return None
+    first, last = int(s.steps[0]), int(s.steps[-1])
+    facts: dict[str, object] = {"metric": s.metric, "tag": s.tag, "path": s.path, "observed_max": 0.0,
+                                "n_points": len(s), "first_step": first, "last_step": last,
+                                "printed_bound": bound, "lr_zero_whole_run": True}
+    loss = load_series(run, "loss")
+    if loss is not None:
+        lf = loss.finite()
+        lf = lf.since(first) if len(lf) else lf
+        lf = Series(lf.metric, lf.source, lf.path, lf.tag, lf.rank, lf.steps[lf.steps <= last],
+                    lf.values[lf.steps <= last], lf.wall_times[lf.steps <= last], lf.synthetic_steps)
+        if len(lf) >= int(ctx.param("min_zero_points")):
+            k = max(1, len(lf) // 3)
+            head, tail = float(np.median(lf.values[:k])), float(np.median(lf.values[-k:]))
+            drop = (head - tail) / max(abs(head), 1e-12)
+            facts.update({"loss_start": rounded(head, 5), "loss_end": rounded(tail, 5), "loss_drop_fraction":
+                          rounded(drop, 4)})
+            if drop >= float(ctx.param("max_loss_drop_fraction")):
+                return None  # the loss falls: the weights do move
+    cfg, cfg_entry = config_float(run, LR_KEYS)
+    ev: list[Evidence] = [s.evidence(step=first, step_end=last, excerpt=f"{s.tag} = 0 at all {len(s)} points")]
+    if line is not None:
+        ev.insert(0, Evidence(path=s.path, line=lineno, excerpt=line.strip()[:300], step=last))
+    cfg_txt = ""
+    if cfg is not None and cfg_entry is not None:
+        facts.update({"configured": cfg, "configured_source": cite(cfg_entry)})
+        ev.append(config_evidence(cfg_entry))
+        cfg_txt = f" while the config says {cfg:.3g} ({cite(cfg_entry)})"
+    what = "LR multiplier" if s.metric == "lr_multiplier" else "learning rate"
+    loss_txt = ""
+    if "loss_drop_fraction" in facts:
+        loss_txt = f"; the loss does not fall over those steps ({facts['loss_start']} -> {facts['loss_end']})"
+    msg = (f"The {what} is 0 at every logged step ({len(s)} points, steps {first}..{last}, {s.tag} in {s.path})"
+           f"{cfg_txt}: the model does not train{loss_txt}. Look for a scheduler that starts at 0 and is never "
+           "stepped, a warmup or decay computed from a total of 0 steps, or an LR scaled by 0.")
+    return ctx.finding(msg, key="lr.mismatch:zero", facts=facts, evidence=ev, step=first,
+                       confidence=Confidence.MEDIUM if bound is None else None)

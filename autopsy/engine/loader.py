@@ -25,12 +25,13 @@ from typing import Any
 import regex
 import yaml
 
+from autopsy.engine.catalog_index import BUILTIN_PACKAGE
+from autopsy.engine.catalog_index import builtin_rules_dir as _builtin_rules_dir
 from autopsy.engine.literals import derive_literals
 from autopsy.engine.schema import CardError, compile_regex, parse_card
 from autopsy.engine.types import Card, Pattern
 from autopsy.parsers.types import PatternSpec
 
-BUILTIN_PACKAGE = "autopsy._rules"
 # libyaml's safe loader when PyYAML was built with it: `autopsy rules list` parses every card.
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -73,24 +74,17 @@ def pattern_specs(cards: Iterable[Card]) -> list[PatternSpec]:
 
 def builtin_rules_dir() -> Path | None:
     """Where the built-in cards live: the installed package data, else ``<repo>/rules``."""
-    try:
-        from importlib import resources
-
-        root = resources.files(BUILTIN_PACKAGE)
-        path = Path(str(root))
-        if path.is_dir():
-            return path
-    except (ModuleNotFoundError, TypeError, ValueError):
-        pass
-    checkout = Path(__file__).resolve().parent.parent.parent / "rules"
-    return checkout if checkout.is_dir() else None
+    found = _builtin_rules_dir()
+    return Path(found) if found is not None else None
 
 
-def load_catalog(rules_dirs: Sequence[str | os.PathLike[str]] = (), *, builtin: bool = True) -> Catalog:
+def load_catalog(rules_dirs: Sequence[str | os.PathLike[str]] = (), *, builtin: bool = True,
+                 fresh: bool = False) -> Catalog:
     """Load the built-in cards, then each of ``rules_dirs`` in order (later ones override).
 
-    Built-in cards are parsed once per process (cached); user directories are read on
-    every call so edits show up. Never raises on a bad card: see ``Catalog.errors``.
+    Built-in cards are parsed once per process (cached; ``fresh=True`` reads them again);
+    user directories are read on every call so edits show up. Never raises on a bad card:
+    see ``Catalog.errors``.
     """
     cards: dict[str, Card] = {}
     errors: list[CardError] = []
@@ -98,7 +92,7 @@ def load_catalog(rules_dirs: Sequence[str | os.PathLike[str]] = (), *, builtin: 
     if builtin:
         base = builtin_rules_dir()
         if base is not None:
-            b_cards, b_errors = _load_builtin(str(base))
+            b_cards, b_errors = (_load_builtin.__wrapped__ if fresh else _load_builtin)(str(base))
             cards.update(b_cards)
             errors.extend(b_errors)
     for d in rules_dirs:
@@ -239,5 +233,5 @@ def card_summary(card: Card) -> dict[str, Any]:
     }
 
 
-__all__ = ["Catalog", "builtin_rules_dir", "card_summary", "load_card_file", "load_catalog", "load_dir",
-           "pattern_specs"]
+__all__ = ["BUILTIN_PACKAGE", "Catalog", "builtin_rules_dir", "card_summary", "load_card_file", "load_catalog",
+           "load_dir", "pattern_specs"]

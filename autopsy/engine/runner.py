@@ -62,7 +62,11 @@ def missing_reason(run: Any, card: Card) -> str | None:
     :class:`NotEvaluated` with its own reason.
     """
     if card.match is not None and not has_input(run, "log"):
-        return _MISSING["log"]
+        # A check card reads its log hits *and* other inputs (loss.nonfinite: fp16 overflow lines
+        # and the loss series): without logs it still runs on those; a pattern card cannot.
+        other = [n for n in card.needs if n not in ("log", "artifacts")]
+        if card.check is None or not any(has_input(run, n) for n in other):
+            return _MISSING["log"]
     if not card.needs:
         return None
     if any(has_input(run, n) for n in card.needs):  # stops at the first input present

@@ -61,6 +61,11 @@ def _value(text: str) -> object:
     return parse_value(text)
 
 
+# The section before the first line a tracker sees is unknown when a parallel scan starts
+# in the middle of a log: entries that depend on it are kept as provisional (log_parallel).
+SECTION_UNKNOWN = "\x00unknown"
+
+
 class LogConfigTracker:
     """Collects config entries from the lines of one log, fed in order."""
 
@@ -69,6 +74,8 @@ class LogConfigTracker:
         self.entries: list[ConfigEntry] = []
         self.block_left = 0  # lines left in a nanoGPT config-file dump
         self.section: str | None = None  # the last HF "***** Running X *****" section
+        self.provisional: list[int] = []  # entries added while the section was SECTION_UNKNOWN
+        self.refused = 0  # entries not kept because MAX_ENTRIES were
 
     @property
     def active(self) -> bool:
@@ -78,6 +85,8 @@ class LogConfigTracker:
     def _add(self, key: str, raw_key: str, value: object, text: str, line: int) -> None:
         if len(self.entries) < MAX_ENTRIES:
             self.entries.append(ConfigEntry(key, raw_key, value, text, self.path, line, "log"))
+        else:
+            self.refused += 1
 
     def feed(self, lineno: int, text: str) -> None:
         if self.block_left:
@@ -102,9 +111,11 @@ class LogConfigTracker:
             if m:
                 self.section = m.group("name").strip().lower()
             return
-        if " = " in text and self.section in (None, "training"):
+        if " = " in text and self.section in (None, "training", SECTION_UNKNOWN):
             m = _HF_FIELD.search(text)
             if m:
+                if self.section == SECTION_UNKNOWN and len(self.entries) < MAX_ENTRIES:
+                    self.provisional.append(len(self.entries))
                 raw = m.group("key")
                 base = "Total train batch size" if raw.startswith("Total train batch size") else raw
                 written = m.group("value")

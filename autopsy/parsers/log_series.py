@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from autopsy.parsers.log_store import _NO_STEP, MAX_SERIES_POINTS, SeriesStore, point
 
-__all__ = ["MAX_SERIES_POINTS", "SeriesStore", "_NO_STEP", "point"]  # re-exported: they lived here
+__all__ = ["MAX_SERIES_POINTS", "_NO_STEP", "SeriesStore", "point"]  # re-exported: they lived here
 
 # ------------------------------------------------------------------------ HF dicts
 

@@ -42,8 +42,8 @@ class SeriesStore(Sequence[SeriesPoint]):
     """The points of one log in columns; a read-only sequence of :class:`SeriesPoint`, built
     on access. ``columns()`` hands plain columns to DataFrame builders."""
 
-    def __init__(self, cap: int = MAX_SERIES_POINTS) -> None:
-        self.cap = cap
+    def __init__(self, cap: int | None = None) -> None:
+        self.cap = MAX_SERIES_POINTS if cap is None else cap  # read at run time: tests lower it
         self.tag_names: list[str] = []
         self._tag_ids: dict[str, int] = {}
         self.tag = array("I")  # per point
@@ -91,13 +91,8 @@ class SeriesStore(Sequence[SeriesPoint]):
         self.records += 1
         self._expanded = None
         if key % self.stride:
-            vals = [float(v) for v in values]
-            keep = [i for i, v in enumerate(vals) if not math.isfinite(v)]
-            if not keep:
-                return
-            self._line(key, step, lineno, wall, rank)
-            self.tag.extend([tids[i] for i in keep])
-            self.value.extend([vals[i] for i in keep])
+            self.add_thinned_line(key, tids, values, step, lineno, wall, rank)
+            return
         else:
             self.l_start.append(len(self.value))
             self.l_step.append(_NO_STEP if step is None else step)
@@ -109,6 +104,24 @@ class SeriesStore(Sequence[SeriesPoint]):
             self.value.fromlist([float(v) for v in values])
         if len(self.value) >= self.cap:
             self._thin()
+
+    def add_thinned_line(self, key: int, tids: Sequence[int], values: Iterable[float | bytes], step: int | None,
+                         lineno: int, wall: float | None, rank: int | None) -> None:
+        """The non-finite values of a line whose key the stride skips (``records`` counted by the caller)."""
+        self._expanded = None
+        vals = [float(v) for v in values]
+        keep = [i for i, v in enumerate(vals) if not math.isfinite(v)]
+        if keep:
+            self._line(key, step, lineno, wall, rank)
+            self.tag.extend([tids[i] for i in keep])
+            self.value.extend([vals[i] for i in keep])
+            if len(self.value) >= self.cap:
+                self._thin()
+
+    def fast_columns(self) -> tuple[array[Any], ...]:
+        """The arrays a caller may append to directly (l_start, l_step, l_lineno, l_wall, l_rank,
+        l_rec, tag, value); fetched again after :meth:`_thin`, which replaces them."""
+        return self.l_start, self.l_step, self.l_lineno, self.l_wall, self.l_rank, self.l_rec, self.tag, self.value
 
     def add_line(self, tags: Sequence[str], values: Sequence[float], step: int | None, lineno: int,
                  wall: float | None, rank: int | None) -> None:
@@ -170,9 +183,11 @@ class SeriesStore(Sequence[SeriesPoint]):
         self.l_start = array("q")
         self.l_start.frombytes(starts.tobytes())
 
-    def extend_from(self, other: SeriesStore, lineno_offset: int, wall_default: float | None) -> None:
+    def extend_from(self, other: SeriesStore, lineno_offset: int, wall_default: float | None,
+                    unknown_wall: float) -> None:
         """Append ``other``'s lines (a later part of the same log, already thinned to this
-        store's stride) with line numbers shifted and missing wall times filled."""
+        store's stride) with line numbers shifted and ``unknown_wall`` wall times replaced
+        by ``wall_default`` (None: missing)."""
         self._expanded = None
         remap = self.tag_ids(other.tag_names)
         base = len(self.value)
@@ -181,10 +196,8 @@ class SeriesStore(Sequence[SeriesPoint]):
         self.l_start.extend([s + base for s in other.l_start])
         self.l_step.extend(other.l_step)
         self.l_lineno.extend([ln + lineno_offset for ln in other.l_lineno])
-        if wall_default is None:
-            self.l_wall.extend(other.l_wall)
-        else:
-            self.l_wall.extend([wall_default if math.isnan(w) else w for w in other.l_wall])
+        fill = math.nan if wall_default is None else wall_default
+        self.l_wall.extend([fill if w == unknown_wall else w for w in other.l_wall])
         self.l_rank.extend(other.l_rank)
         self.l_rec.extend(other.l_rec)
         self.records += other.records

@@ -116,6 +116,7 @@ class TracebackTracker:
         self.last: deque[Traceback] = deque(maxlen=MAX_TRACEBACKS)
         # rank -> (traceback just finished, line it ended, chain marker seen after it)
         self.recent: dict[int | None, tuple[Traceback, int, str | None]] = {}
+        self.peak_first = 0  # the most ``first`` ever held (a parallel merge needs it)
 
     @property
     def active(self) -> bool:
@@ -137,6 +138,7 @@ class TracebackTracker:
                 break
         if len(self.first) < MAX_TRACEBACKS:
             self.first.append(tb)
+            self.peak_first = max(self.peak_first, len(self.first))
         else:
             self.last.append(tb)
 

@@ -43,10 +43,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from autopsy.model import ParseStatus
+from autopsy.parsers import log_parallel, log_window
 from autopsy.parsers import log_text as lt
-from autopsy.parsers import log_window
 from autopsy.parsers.log_config import TRIGGERS as CONFIG_TRIGGERS
 from autopsy.parsers.log_config import LogConfigTracker
+from autopsy.parsers.log_fast import combo, fast_run
 from autopsy.parsers.log_match import (
     CompiledPatterns,
     HitCollector,
@@ -152,7 +153,8 @@ class _Scanner:
         self.epoch_guard = EpochStepGuard()
         self.after_gap = False  # reading the tail after a skipped middle (max_bytes)
         self.series = SeriesStore()
-        self.templates: list[tuple[DictTemplate, list[int]]] = []  # with the store's tag ids
+        # learnt dict layouts, with the store's tag ids and the bar + dict regex (log_fast)
+        self.templates: list[tuple[DictTemplate, list[int], re.Pattern[bytes]]] = []
         self.ranks: set[int] = set()
         self.label_mode = lt.LABEL_NONE
         self.head: list[str] = []
@@ -247,7 +249,7 @@ class _Scanner:
                 self.ts_prev = found[1]
         if self.ts_prev is not None:
             self.last_wall = self.ts_prev
-        total_nl = buf.count(b"\n")
+        total_nl = self.nl_count + buf.count(b"\n", self.nl_pos)  # the walk counted up to nl_pos
         self._update_tail(buf, total_nl)
         self.lines_before += total_nl
         self.base += n + max(0, skip_len)
@@ -353,7 +355,7 @@ class _Scanner:
                 self._segment(s, e, flags, slow=False)
             done = e + 1
             if self.templates and idx < ne and entries[idx] & 7 == _TRIG:
-                idx, done = self._fast_run(entries, idx, done)
+                idx, done = fast_run(self, entries, idx, done)
 
     def _segment(self, s: int, e: int, flags: int, slow: bool) -> None:
         raw = self.buf[s:min(e, s + lt.MAX_SEGMENT_BYTES)]
@@ -504,102 +506,13 @@ class _Scanner:
 
     # ------------------------------------------------------------------ series
 
-    def _fast_run(self, entries: list[int], idx: int, done: int) -> tuple[int, int]:
-        """Consecutive dict segments of learnt layouts, each with the plain training bar before
-        it: exactly what :meth:`_segment` + :meth:`_advance_bars` do for them, inlined.
-
-        Stops (returning the entry index and position reached) at the first entry that is
-        anything else; the general walk takes it from there.
-        """
-        buf, n, base = self.buf, self.n, self.base
-        templates = self.templates
-        series = self.series
-        ne = len(entries)
-        rfind, count = buf.rfind, buf.count
-        has_cr = self.has_cr
-        bar_fast, nodesc = _BAR_FAST.search, _BAR_NODESC.match
-        ts = self.ts_index
-        ts_pos, ts_vals = ts if ts is not None else ((), ())
-        while idx < ne:
-            ent = entries[idx]
-            if ent & 7 != _TRIG or self.tb.active or self.cf.active or self.cfg.active:
-                break
-            p = ent >> 3
-            if p == 0 or p < done or (buf[p - 1] != 10 and buf[p - 1] != 13) or buf[p] != 123:
-                break
-            for tpl, tids in templates:
-                m = tpl.rx.match(buf, p)
-                if m is not None:
-                    break
-            else:
-                break
-            e = m.end()
-            if e < n and buf[e] != 10 and buf[e] != 13:
-                break
-            j = idx + 1
-            while j < ne and entries[j] >> 3 <= e:
-                if entries[j] & _PAT:
-                    return idx, done
-                j += 1
-            # the bar: _advance_bars(e) when it ends in _fast_bar, else the general method
-            lo = self.bar_scan
-            q = rfind(b"it/s", lo, e)
-            q = max(q, rfind(b"s/it", max(lo, q), e))  # a "s/it" before the last "it/s" is no matter
-            bm = None
-            if q >= 0 and self.max_total:
-                r = rfind(b"\n", lo, q)
-                if has_cr:
-                    r = max(r, rfind(b"\r", max(lo, r + 1), q))
-                sb = r + 1 if r >= 0 else lo
-                bm = bar_fast(buf, max(sb, q - 80), q + 5)
-                if bm is not None and (int(bm.group(2)) != self.max_total or not nodesc(buf, sb)):
-                    bm = None
-            if self.nl_pos <= p:
-                self.nl_count += count(b"\n", self.nl_pos, p)
-                self.nl_pos = p
-                lineno = self.lines_before + self.nl_count + 1
-            else:
-                lineno = self._lineno(p)
-            if bm is None:
-                self._advance_bars(e)
-            else:
-                self.bar_scan = e
-                step = int(bm.group(1))
-                if base + sb > self.step_pos:
-                    self.cur_step = step
-                    self.step_pos = base + sb
-                if step != self.last_rate_step and bm.group(3) != b"?":
-                    self.last_rate_step = step
-                    if ts is not None:
-                        i = bisect.bisect_left(ts_pos, bm.end())
-                        bwall = ts_vals[i - 1] if i else self.ts_prev
-                    else:
-                        bwall = self._wall_at(bm.end())
-                    series.add_one("it/s" if bm.group(4) == b"it/s" else "s/it", float(bm.group(3)), step,
-                                   lineno - count(b"\n", sb, p) if sb < p else self._lineno(sb), bwall, None)
-            step = self.cur_step
-            if tpl.is_train:
-                self.dict_count += 1
-            if self.step_pos < 0:
-                step = None if self.after_gap else self.dict_count
-                if tpl.is_train:
-                    self.cur_step = step
-            if ts is not None:
-                i = bisect.bisect_left(ts_pos, e)
-                wall = ts_vals[i - 1] if i else self.ts_prev
-            else:
-                wall = self._wall_at(e)
-            series.add_ids(tids, m.groups(), step, lineno, wall, None)
-            idx = j
-            done = e + 1
-        return idx, done
-
     def _fast_dict(self, s: int, e: int) -> bool:
         """A dict segment in a learnt layout: what :meth:`_segment` does for it, from bytes."""
         buf = self.buf
-        for tpl, tids in self.templates:
-            m = tpl.rx.fullmatch(buf, s, e)
+        for t, ids, _ in self.templates:
+            m = t.rx.fullmatch(buf, s, e)
             if m is not None:
+                tpl, tids = t, ids
                 break
         else:
             return False
@@ -618,9 +531,9 @@ class _Scanner:
     def _learn(self, keys: list[str], raw: bytes, text: str) -> None:
         tpl = dict_template(keys, text[1:2])
         # learnt only when the segment really has that layout (same keys, nothing else)
-        if tpl is not None and tpl.rx.fullmatch(raw) and all(t.keys != tpl.keys or t.rx.pattern != tpl.rx.pattern
-                                                             for t, _ in self.templates):
-            self.templates.append((tpl, self.series.tag_ids(tpl.keys)))
+        if tpl is not None and tpl.rx.fullmatch(raw) and all(t.rx.pattern != tpl.rx.pattern
+                                                             for t, _, _ in self.templates):
+            self.templates.append((tpl, self.series.tag_ids(tpl.keys), combo(tpl.rx)))
 
     def _dict_line(self, text: str, lineno: int, rank: int | None, e: int) -> list[str] | None:
         parsed = parse_dict_record(text)
@@ -707,8 +620,18 @@ def _feed(scanner: _Scanner, blocks: Iterator[bytes]) -> bool:
     Returns whether the data ended with a line that has no ``\\n``. A line longer than a
     block keeps only its first 64 KB (the rest is read and dropped, not searched).
     """
-    carry = b""
-    dropped = 0  # bytes of the pending over-long segment dropped after its first 64 KB
+    carry, dropped, last_byte = feed_blocks(scanner, blocks)
+    if carry:
+        scanner.block(carry, len(carry) if dropped else -1, dropped)
+    return bool(last_byte) and last_byte != b"\n"
+
+
+def feed_blocks(scanner: _Scanner, blocks: Iterator[bytes], carry: bytes = b"",
+                dropped: int = 0) -> tuple[bytes, int, bytes]:
+    """The work of :func:`_feed` without the end: returns the bytes after the last separator
+    (not scanned yet), how many bytes of that over-long segment were dropped, and the last
+    byte read. ``carry`` (and ``dropped``): what an earlier call returned, when the input
+    goes on in more than one call."""
     last_byte = b""
     for block in blocks:
         last_byte = block[-1:]
@@ -726,14 +649,13 @@ def _feed(scanner: _Scanner, blocks: Iterator[bytes]) -> bool:
             buf = carry + block[first:cut + 1]
         else:
             skip_at, skip_len = -1, 0
-            buf = carry + block[:cut + 1]
+            # one copy (join of a view), not two (slice, then concatenation)
+            buf = block if not carry and cut + 1 == len(block) else b"".join((carry, memoryview(block)[:cut + 1]))
         scanner.block(buf, skip_at, skip_len)
         carry = block[cut + 1:]
         dropped = max(0, len(carry) - lt.MAX_SEGMENT_BYTES)
         carry = carry[: lt.MAX_SEGMENT_BYTES]
-    if carry:
-        scanner.block(carry, len(carry) if dropped else -1, dropped)
-    return bool(last_byte) and last_byte != b"\n"
+    return carry, dropped, last_byte
 
 
 def scan_log(fs_path: Path, rel_path: str, compiled: CompiledPatterns, *, max_bytes: int,
@@ -782,8 +704,20 @@ def _scan(fs_path: Path, rel_path: str, compiled: CompiledPatterns, max_bytes: i
         else:
             stream = _chain(first, counted)
         notes = [scanner.note] if scanner.note else []
+        par = None
+        if window is None and log_parallel.usable(st.st_size, limit):
+            par = log_parallel.plan(fd, limit, BLOCK)
         try:
-            unterminated = _feed(scanner, stream)
+            if par is not None:
+                counted.it = _chain(first, _blocks(fd, par.chunk_start - len(first)))
+                counted.total = 0
+                def make() -> _Scanner:
+                    return _Scanner(rel_path, compiled, rank, st.st_size, year)
+
+                unterminated, extra = log_parallel.scan(fd, scanner, limit, make, counted, par, BLOCK)
+                counted.total += extra
+            else:
+                unterminated = _feed(scanner, stream)
             if window is not None and not kind and window.tail_start < window.size:
                 middle, exact = log_window.middle_newlines(fd, window)
                 scanner.skip_middle(window.tail_start, middle)
