@@ -208,3 +208,15 @@ def test_parallel_needs_a_big_enough_file(tmp_path: Path, monkeypatch: pytest.Mo
     assert not log_parallel.usable(1 << 30, 100 << 20)  # --max-bytes-per-file window: sequential
     monkeypatch.setenv("AUTOPSY_LOG_WORKERS", "1")
     assert not log_parallel.usable(1 << 30, 1 << 30)
+
+
+def test_timestamp_candidates_find_what_finditer_finds() -> None:
+    from autopsy.parsers import log_text as lt
+
+    text = (b"2024-05-01 12:00:00,123 x\n-01-01-01-02 03:04:05\n1970-13-40 10:00:00\nrun-12-12-2024\n"
+            b"I0501 12:00:00.123456  4242 a.cc:1] y\nx 9:00:00.000001 7 \n[00:03<44442:40,  3.75it/s]"
+            b"{'lr': 1e-05}\n2024-05-01T12:00:00.5+05:00 2024-05-01_12:00:00Z\n:12:34.567890 1 :1:2.3\n") * 3
+    for rx in (lt._TS_ISO, lt._TS_GLOG):
+        ours = [(m.start(), m.group()) for m in logs._ts_matches(rx, text)]
+        assert ours == [(m.start(), m.group()) for m in rx.finditer(text)]
+        assert ours

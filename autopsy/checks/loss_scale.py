@@ -189,8 +189,8 @@ def _judge(ctx: CheckContext, kind: str, records: list[_Record], low_scale: bool
     if start >= len(records) or skips < min_skips:
         return None
     begins = records[start].first or 0
-    facts["first_skip_step"] = begins
-    facts["last_skip_step"] = records[-1].last
+    facts["streak_start_step"] = begins  # the first step the streak's first line covers
+    facts["streak_end_step"] = records[-1].last
     if begins <= calibration and not low_scale:
         return None  # the scale calibrating down from its initial value at the start of the run
     how = f"{skips} of the {span} steps from step {begins} to the last one logged ({last_seen}) were skipped"
@@ -223,7 +223,11 @@ def scale_collapse(ctx: CheckContext, pats: ScalerPatterns) -> list[Finding]:
     how = best.how if best else "the scaler gave up at its minimum loss scale"
     if best is None:
         first_scale, final_scale = _final_scale(hits, gave_up[0].path)
-        facts.update({"first_loss_scale": first_scale, "final_loss_scale": final_scale,
+        n = sum(len(recs) if kind == "per_skip" else sum(r.skipped for r in recs) for kind, recs in streams
+                if recs and recs[0].hit.path == gave_up[0].path)
+        if n:
+            how += f" after {n} skipped step{'s' if n != 1 else ''}"
+        facts.update({"skipped_steps": n, "first_loss_scale": first_scale, "final_loss_scale": final_scale,
                       "scaler": pats.labels.get(gave_up[0].key.rsplit("/", 1)[-1])})
     elif gave_up:
         how += ", then the scaler gave up at its minimum loss scale"
@@ -238,9 +242,9 @@ def scale_collapse(ctx: CheckContext, pats: ScalerPatterns) -> list[Finding]:
     if isinstance(ls, float):
         scale_txt = f" (loss scale {fs:.4g} -> {ls:.4g})" if isinstance(fs, float) and fs != ls \
             else f" (loss scale {ls:.4g})"
-    msg = (f"fp16 loss scaling collapsed: {how}{scale_txt}, each for a gradient overflow. The gradients are "
-           "non-finite at (almost) every step, so the optimizer skips every step and the model no longer "
-           "updates: a NaN/inf already in the forward pass or the weights, not a scale still calibrating. Resume "
+    msg = (f"fp16 loss scaling collapsed: {how}{scale_txt}. Each skip is a gradient overflow: the gradients are "
+           "non-finite at (almost) every step, so the optimizer skips them all and the model no longer "
+           "updates (a NaN/inf already in the forward pass or the weights, not a scale still calibrating). Resume "
            "from a checkpoint saved before the skips began, in bf16 or with a lower LR (raising min_loss_scale "
            "only hides it).")
     ev = []

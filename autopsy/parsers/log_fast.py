@@ -59,7 +59,8 @@ def fast_run(sc: Any, entries: list[int], idx: int, done: int) -> tuple[int, int
     nl_pos, nl_count, lines0 = sc.nl_pos, sc.nl_count, sc.lines_before + 1
     dict_count = sc.dict_count
     unit_tids: dict[bytes, int] = {}
-    records, key_base, stride, cap = store.records, store.key_base, store.stride, store.cap
+    records, stride, cap = store.records, store.stride, store.cap
+    kind_next = store.kind_next
     l_start, l_step, l_lineno, l_wall, l_rank, l_rec, tags, values = store.fast_columns()
     while idx < ne:
         ent = entries[idx]
@@ -143,7 +144,11 @@ def fast_run(sc: Any, entries: list[int], idx: int, done: int) -> tuple[int, int
         if step != last_rate and rate_b != b"?":
             last_rate = step
             rate = float(rate_b)
-            key = records - key_base
+            ut = unit_tids.get(unit)
+            if ut is None:
+                ut = unit_tids[unit] = store._tid(unit.decode())
+            key = kind_next.get(ut, 0)
+            kind_next[ut] = key + 1
             records += 1
             if key % stride == 0 or not math.isfinite(rate):
                 i = bisect_left(ts_pos, bar_end)
@@ -153,9 +158,6 @@ def fast_run(sc: Any, entries: list[int], idx: int, done: int) -> tuple[int, int
                 l_wall.append(ts_vals[i - 1] if i else no_wall)
                 l_rank.append(-1)
                 l_rec.append(key)
-                ut = unit_tids.get(unit)
-                if ut is None:
-                    ut = unit_tids[unit] = store._tid(unit.decode())
                 tags.append(ut)
                 values.append(rate)
                 if len(values) >= cap:  # thinned before the next line is offered, as add_ids does
@@ -165,7 +167,8 @@ def fast_run(sc: Any, entries: list[int], idx: int, done: int) -> tuple[int, int
                     l_start, l_step, l_lineno, l_wall, l_rank, l_rec, tags, values = store.fast_columns()
         if tpl.is_train:
             dict_count += 1
-        key = records - key_base
+        key = kind_next.get(tids[0], 0)
+        kind_next[tids[0]] = key + 1
         records += 1
         i = bisect_left(ts_pos, e)
         if key % stride == 0:

@@ -9,9 +9,12 @@ The per-point columns the frame builders read (``step``, ``lineno``, ``wall``, `
 Bounded: when ``cap`` points are held the store is *thinned*: the stride doubles (until
 under the cap) and only lines whose key is a multiple of it keep all their values, other
 lines keep only their non-finite values (a NaN is evidence). A line's key is its index
-among the lines of its scanner block (:meth:`SeriesStore.new_block` restarts it), so the
-result depends on the lines alone, not on how the file was split: the two halves of a
-parallel scan (:mod:`log_parallel`) merge into exactly what one sequential scan stores.
+among the lines of its *kind* (its first tag: a loss dict, a progress-bar rate, an eval
+dict) in its scanner block (:meth:`SeriesStore.new_block` restarts it): kinds interleave
+(a rate line, then a dict line...), so a key counted over all lines would keep one kind
+and drop the other; and keys restart per block, so the result depends on the lines alone,
+not on how the file was split: the two halves of a parallel scan (:mod:`log_parallel`)
+merge into exactly what one sequential scan stores.
 ``stride`` > 1 says thinning happened.
 """
 
@@ -55,7 +58,8 @@ class SeriesStore(Sequence[SeriesPoint]):
         self.l_rank = array("q")
         self.l_rec = array("q")  # the line's key (thinning unit)
         self.records = 0  # lines offered, kept or not
-        self.key_base = 0  # records before the current block
+        # a line's key: how many lines of its kind (first tag) came before it in its block
+        self.kind_next: dict[int, int] = {}
         self.stride = 1
         self._expanded: dict[str, array[Any]] | None = None
 
@@ -73,7 +77,7 @@ class SeriesStore(Sequence[SeriesPoint]):
 
     def new_block(self) -> None:
         """Line keys restart here (the scanner calls this at each block it reads)."""
-        self.key_base = self.records
+        self.kind_next.clear()
 
     def _line(self, key: int, step: int | None, lineno: int, wall: float | None, rank: int | None) -> None:
         self.l_start.append(len(self.value))
@@ -87,7 +91,9 @@ class SeriesStore(Sequence[SeriesPoint]):
                 wall: float | None, rank: int | None) -> None:
         """Store the values one log line gave (all share step, line, time and rank); ``tids``
         from :meth:`tag_ids`; values may be the bytes of numbers (``float`` reads them)."""
-        key = self.records - self.key_base
+        kind = tids[0] if len(tids) else -1
+        key = self.kind_next.get(kind, 0)
+        self.kind_next[kind] = key + 1
         self.records += 1
         self._expanded = None
         if key % self.stride:

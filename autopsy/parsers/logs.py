@@ -102,6 +102,33 @@ _BAR_FAST = re.compile(rb"(\d+)/(\d+) \[[^\]\r\n,]{0,40},\s*(\d+(?:\.\d+)?|\?)(i
 _BAR_NODESC = re.compile(rb" *\d{1,3}%\|")
 
 
+# Every match of the timestamp regexes holds "-DD-" (ISO: "-05-01 12:00:00") or ":DD."
+# (glog: ":00:00.123456") at a fixed place: two literal searches find the few places to
+# try at GB/s, where the regexes alone stop at every "-" and ":" (each dict's "e-05", two
+# per progress bar). No two matches overlap, so trying each candidate (and, for ISO, the
+# candidate an overlapping literal hid: "-01-01-") gives exactly ``finditer``'s matches.
+_ISO_CANDIDATES = LiteralFinder([b"-%02d-" % i for i in range(100)])
+_GLOG_CANDIDATES = LiteralFinder([b":%02d." % i for i in range(100)])
+
+
+def _ts_matches(rx: re.Pattern[bytes], buf: bytes) -> Iterator[re.Match[bytes]]:
+    if _ISO_CANDIDATES.engine != "ahocorasick_rs":
+        yield from rx.finditer(buf)
+        return
+    match = rx.match
+    if rx is lt._TS_ISO:
+        for c in _ISO_CANDIDATES.positions(buf):
+            m = match(buf, c) or match(buf, c + 3)
+            if m is not None:
+                yield m
+    else:
+        for c in _GLOG_CANDIDATES.positions(buf):
+            if c >= 3:
+                m = match(buf, c - 3)
+                if m is not None:
+                    yield m
+
+
 def _blocks(fd: int, limit: int) -> Iterator[bytes]:
     left = limit
     while left > 0:
@@ -480,7 +507,7 @@ class _Scanner:
         self.ts_lazy = None
         items: list[tuple[int, float]] = []
         for rx, conv in ((lt._TS_ISO, lt._iso_at), (lt._TS_GLOG, None)):
-            for i, m in enumerate(rx.finditer(buf)):
+            for i, m in enumerate(_ts_matches(rx, buf)):
                 if i >= _TS_INDEX_LIMIT:
                     self.ts_index = None
                     return
