@@ -29,7 +29,7 @@ _PAT, _TRIG = 1, 2
 
 def combo(tpl_rx: re.Pattern[bytes]) -> re.Pattern[bytes]:
     """Bar, one blank redraw, then the dict of a template: HF's line, in one match."""
-    return re.compile(_BAR_STRICT + rb"\r[ \t]*\r" + tpl_rx.pattern)
+    return re.compile(_BAR_STRICT + rb"\r[ \t]*\r" + tpl_rx.pattern + rb"(?=[\r\n]|\Z)")
 # The plain training bar from its segment start (the general path's _BAR_NODESC + _BAR_FAST):
 # "  5%|▌         | 50/1000 [00:10<03:10,  4.98it/s]"
 _BAR_AT = re.compile(rb" *\d{1,3}%\|[^\r\n]*?(\d+)/(\d+) \[[^\]\r\n,]{0,40},\s*(\d+(?:\.\d+)?|\?)(it/s|s/it)\]")
@@ -61,7 +61,10 @@ def fast_run(sc: Any, entries: list[int], idx: int, done: int) -> tuple[int, int
     unit_tids: dict[bytes, int] = {}
     records, stride, cap = store.records, store.stride, store.cap
     kind_next = store.kind_next
-    l_start, l_step, l_lineno, l_wall, l_rank, l_rec, tags, values = store.fast_columns()
+    cols = store.fast_columns()
+    values = cols[7]
+    a_start, a_step, a_lineno, a_wall, a_rank, a_rec, a_tag = (c.append for c in cols[:7])
+    extend_tags, values_fromlist, a_value = cols[6].extend, values.fromlist, values.append
     while idx < ne:
         ent = entries[idx]
         if ent & 7 != _TRIG:
@@ -95,6 +98,7 @@ def fast_run(sc: Any, entries: list[int], idx: int, done: int) -> tuple[int, int
                 break
             bar_line_offset = 0
             via_combo = True
+            e = m.end()
         else:
             for t, ids, _ in templates:
                 m = t.rx.match(buf, p)
@@ -104,9 +108,9 @@ def fast_run(sc: Any, entries: list[int], idx: int, done: int) -> tuple[int, int
             else:
                 break
             vals = m.groups()
-        e = m.end()
-        if e < n and buf[e] != 10 and buf[e] != 13:
-            break
+            e = m.end()
+            if e < n and buf[e] != 10 and buf[e] != 13:
+                break
         j = idx + 1
         pat = False
         while j < ne and entries[j] >> 3 <= e:
@@ -152,19 +156,22 @@ def fast_run(sc: Any, entries: list[int], idx: int, done: int) -> tuple[int, int
             records += 1
             if key % stride == 0 or not math.isfinite(rate):
                 i = bisect_left(ts_pos, bar_end)
-                l_start.append(len(values))
-                l_step.append(step)
-                l_lineno.append(lineno - bar_line_offset)
-                l_wall.append(ts_vals[i - 1] if i else no_wall)
-                l_rank.append(-1)
-                l_rec.append(key)
-                tags.append(ut)
-                values.append(rate)
+                a_start(len(values))
+                a_step(step)
+                a_lineno(lineno - bar_line_offset)
+                a_wall(ts_vals[i - 1] if i else no_wall)
+                a_rank(-1)
+                a_rec(key)
+                a_tag(ut)
+                a_value(rate)
                 if len(values) >= cap:  # thinned before the next line is offered, as add_ids does
                     store.records = records
                     store._thin()
                     stride = store.stride
-                    l_start, l_step, l_lineno, l_wall, l_rank, l_rec, tags, values = store.fast_columns()
+                    cols = store.fast_columns()
+                    values = cols[7]
+                    a_start, a_step, a_lineno, a_wall, a_rank, a_rec, a_tag = (c.append for c in cols[:7])
+                    extend_tags, values_fromlist, a_value = cols[6].extend, values.fromlist, values.append
         if tpl.is_train:
             dict_count += 1
         key = kind_next.get(tids[0], 0)
@@ -172,14 +179,14 @@ def fast_run(sc: Any, entries: list[int], idx: int, done: int) -> tuple[int, int
         records += 1
         i = bisect_left(ts_pos, e)
         if key % stride == 0:
-            l_start.append(len(values))
-            l_step.append(_NO_STEP if cur_step is None else cur_step)
-            l_lineno.append(lineno)
-            l_wall.append(ts_vals[i - 1] if i else no_wall)
-            l_rank.append(-1)
-            l_rec.append(key)
-            tags.extend(tids)
-            values.fromlist([float(v) for v in vals])
+            a_start(len(values))
+            a_step(_NO_STEP if cur_step is None else cur_step)
+            a_lineno(lineno)
+            a_wall(ts_vals[i - 1] if i else no_wall)
+            a_rank(-1)
+            a_rec(key)
+            extend_tags(tids)
+            values_fromlist([float(v) for v in vals])
             thin = len(values) >= cap
         else:
             store.records = records
@@ -191,7 +198,10 @@ def fast_run(sc: Any, entries: list[int], idx: int, done: int) -> tuple[int, int
             store.records = records
             store._thin()
             stride = store.stride
-            l_start, l_step, l_lineno, l_wall, l_rank, l_rec, tags, values = store.fast_columns()
+            cols = store.fast_columns()
+            values = cols[7]
+            a_start, a_step, a_lineno, a_wall, a_rank, a_rec, a_tag = (c.append for c in cols[:7])
+            extend_tags, values_fromlist, a_value = cols[6].extend, values.fromlist, values.append
     store.records = records
     store._expanded = None
     sc.bar_scan = lo

@@ -54,7 +54,10 @@ def workers() -> int:
 
 
 def usable(size: int, limit: int) -> bool:
-    return limit >= MIN_BYTES and limit == size and hasattr(os, "fork") and sys.platform != "darwin" and workers() >= 2
+    import multiprocessing as mp
+
+    return (limit >= MIN_BYTES and limit == size and hasattr(os, "fork") and sys.platform != "darwin"
+            and workers() >= 2 and not mp.current_process().daemon)
 
 
 @dataclasses.dataclass
@@ -193,12 +196,20 @@ def scan(fd: int, sc: Any, limit: int, make: Callable[[], Any], head_blocks: Ite
 
     from autopsy.parsers.logs import feed_blocks
 
+    global last_outcome
     ctx = mp.get_context("fork")
     parent_conn, child_conn = ctx.Pipe()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (a progress spinner)
-        proc = ctx.Process(target=_run_child, args=(child_conn, make, fd, p, limit, block), daemon=True)
-        proc.start()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (a progress spinner)
+            proc = ctx.Process(target=_run_child, args=(child_conn, make, fd, p, limit, block), daemon=True)
+            proc.start()
+    except (OSError, AssertionError, ValueError) as exc:  # no fork here (daemonic process, limits)
+        parent_conn.close()
+        child_conn.close()
+        last_outcome = f"no child: {type(exc).__name__}"
+        carry, dropped, _ = feed_blocks(sc, head_blocks)
+        return _sequential_rest(fd, sc, carry, dropped, p, limit, block), limit - p.chunk_start
     child_conn.close()
     try:
         carry, dropped, _ = feed_blocks(sc, head_blocks)
@@ -208,7 +219,6 @@ def scan(fd: int, sc: Any, limit: int, make: Callable[[], Any], head_blocks: Ite
         except (EOFError, OSError):
             got = None
         why = _refuse(sc, got, carry, dropped, p)
-        global last_outcome
         last_outcome = why or "merged"
         if why or got is None:
             with contextlib.suppress(Exception):
