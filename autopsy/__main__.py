@@ -16,7 +16,7 @@ import sys
 HELP_CACHE_FORMAT = 1
 _HELP_ARGV = (["--help"], ["-h"])  # the top-level help only: subcommand help is rarely a hot path
 _ENV = ("COLUMNS", "LINES", "LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG")  # width; gettext's language
-_SOURCES = ("__init__.py", "__main__.py", "cli.py", "cli_support.py")
+_SOURCES = ("__init__.py", "__main__.py", "cli.py", "cli_output.py", "cli_report.py", "cli_rules.py", "cli_support.py")
 _HERE = os.path.dirname(os.path.realpath(__file__))
 
 

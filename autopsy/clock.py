@@ -20,6 +20,9 @@ Mtimes are not the run's when either of these holds:
    the newest one, the directory was written in one go: a copy, a clone, an extracted archive.
    A training run writes its configs before it starts and its checkpoints one save apart,
    except a toy run that lasted seconds by its own clocks (``MIN_RUN_SPAN_S``).
+3. *A small copy.* Two or more files, every one written within ``COPY_WINDOW_S`` of the others,
+   and all of them long after (more than a time-zone offset) the run's own last recorded time
+   (log timestamps, event wall times): a run cannot write files after it stopped recording.
 
 A run is *live* (files may still be being written, so a partial file is "in progress" and
 not corrupt) only when its mtimes are real, nothing in it says the process ended (an exit
@@ -48,6 +51,8 @@ COPY_WINDOW_S = 2.0
 # Share of files (and their minimum number) that must be written at once to call it a copy.
 COPY_SHARE = 0.9
 COPY_MIN_FILES = 5
+# ...or at least this many, all at once, when the run's own clocks ended long before (rule 3).
+COPY_MIN_PAIR = 2
 # ...unless the run's internal clocks say it lasted less than this (a toy run writes everything at once).
 MIN_RUN_SPAN_S = 60.0
 # Naive log timestamps are read as UTC but may be local time: offsets reach +14 h / -12 h.
@@ -130,9 +135,23 @@ def _judge_mtimes(run: Run, arts: list[Artifact], mtimes: dict[str, float],
             and (span is None or span >= MIN_RUN_SPAN_S)):
         return False, (f"{at_once} of {len(mtimes)} files were last modified within {COPY_WINDOW_S:.0f} s of each "
                        "other: the directory was copied, cloned or extracted, so mtimes are not the run's")
+    # 3. a small run (a few files after scp or a CI artifact download) written at once, whose own
+    # clocks stopped long before: files written by the run itself cannot all postdate its last
+    # recorded moment by more than a time zone's offset (naive log times may be local time).
+    internal_end = max([*(b for _, _, b in tb_spans), *_log_ends(run)], default=None)
+    oldest = min(mtimes.values())
+    if (len(mtimes) >= COPY_MIN_PAIR and at_once == len(mtimes) and internal_end is not None
+            and oldest - internal_end > TZ_SLACK_S + COPY_WINDOW_S):
+        return False, (f"all {len(mtimes)} files were last modified within {COPY_WINDOW_S:.0f} s of each other, "
+                       f"{_span(oldest - internal_end)} after the run's last recorded time: the directory was "
+                       "copied, so mtimes are not the run's")
     if anchors:
         return True, f"event file mtimes match their event times ({anchors[0][0]})"
     return True, "file mtimes are spread like a run's writes"
+
+
+def _log_ends(run: Run) -> list[float]:
+    return [float(s.last_wall_time) for s in run.logs if s.last_wall_time is not None and _finite(s.last_wall_time)]
 
 
 def _tb_spans(run: Run) -> list[tuple[str, float, float]]:

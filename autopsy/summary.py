@@ -45,19 +45,28 @@ def summarize(run: Any, primary: Finding | None = None, *, display_path: str | N
     steps_lost: int | None = None
     seconds_lost: float | None = None
     end = failure_time if failure_time is not None else ended
-    if last_step is not None:
+    completed = last_step is not None and max_steps is not None and last_step >= max_steps
+    crashed = primary is not None and primary.severity >= Severity.CRITICAL
+    if last_step is not None and not (completed and not crashed):
+        # A run that reached its planned steps has nothing to resume: no work was lost,
+        # whatever it saved (unless a crash finding says it died on its very last step).
         if ckpt is None:
             steps_lost = last_step  # no checkpoint at all: everything done so far is lost
             if end is not None and started is not None:
-                seconds_lost = max(0.0, end - started)
+                seconds_lost = end - started
         elif ckpt_step is not None:
             steps_lost = max(0, last_step - ckpt_step)
-    if ckpt is not None and end is not None:
-        saved_at = safe("checkpoint time", lambda: step_time(run, ckpt_step)) if ckpt_step is not None else None
-        if saved_at is None and _mtimes_trusted(run):
-            saved_at = ckpt.mtime
-        if _finite(saved_at):
-            seconds_lost = max(0.0, end - saved_at)
+        if ckpt is not None and end is not None:
+            saved_at = safe("checkpoint time", lambda: step_time(run, ckpt_step)) if ckpt_step is not None else None
+            if saved_at is None and _mtimes_trusted(run):
+                saved_at = ckpt.mtime
+            if _finite(saved_at):
+                seconds_lost = end - saved_at
+    if seconds_lost is not None and (not _finite(seconds_lost) or seconds_lost <= 0) and steps_lost != 0:
+        seconds_lost = None  # steps were lost but the clocks cannot say how long they took: unknown, not 0 s
+    elif seconds_lost is not None and seconds_lost < 0:
+        seconds_lost = 0.0
+    hint = safe("resume hint", lambda: resume_hint(path, ckpt, _entries(run))) if ckpt is not None else None
 
     return RunSummary(
         path=path,
@@ -69,7 +78,7 @@ def summarize(run: Any, primary: Finding | None = None, *, display_path: str | N
         latest_valid_step=ckpt_step,
         steps_lost=steps_lost,
         seconds_lost=seconds_lost,
-        resume_hint=resume_hint(path, ckpt) if ckpt is not None else None,
+        resume_hint=hint,
         failure_time=failure_time,
         failure_time_source=failure_source,
         disk_at_analysis=disk_at_analysis(run),
@@ -88,40 +97,52 @@ def disk_at_analysis(run: Any) -> dict[str, int] | None:
     return out or None
 
 
+# A log timestamp dates a line only when it was printed shortly before it: a timestamp on
+# the job's first line (a glog or launcher header) followed by thousands of untimed lines
+# says when the job started, not when it failed. A long traceback fits in this many lines.
+MAX_TIMESTAMP_LINES = 200
+_CLOCK_TEXT = re.compile(r"\b\d{1,2}:\d{2}:\d{2}\b|\b1[5-9]\d{8}(?:\.\d+)?\b")
+
+
 def failure_moment(run: Any, primary: Finding | None) -> tuple[float | None, str | None]:
     """(unix time, where it comes from) of the moment the primary finding struck.
 
-    In order: the finding's own wall time; a timestamp on (or the nearest before) one of its
-    evidence lines: the pattern hit, the traceback, any other timed line of that log before
-    it; torchrun's error record for the failed rank (crashes only); the event-file wall time
-    at or just before its step; and, for a crash whose evidence is among the last lines of
-    a log without timestamps, that log's last write (said so in the source).
+    In order: torchrun's error record for the failed rank (crashes only: it is written
+    when the process died); the finding's own wall time; a timestamp on (or shortly
+    before) one of its evidence lines: the pattern hit, the traceback, any other timed
+    line of that log before it; the event-file wall time at or just before its step;
+    and, for a crash whose evidence is among the last lines of a log without timestamps,
+    that log's last write (said so in the source). A log timestamp more than
+    ``MAX_TIMESTAMP_LINES`` lines before the evidence is not the failure's time.
     """
     if primary is None:
         return None, None
-    if _finite(primary.wall_time):
-        return float(primary.wall_time), "finding"  # type: ignore[arg-type]
-    # A span's first line is where it starts (a traceback's header): other lines of the span
-    # may be other processes' output interleaved with it.
-    lines = [(ev.path, ev.line) for ev in primary.evidence if ev.path is not None and ev.line is not None]
-    scans = {scan.path: scan for scan in run.logs}
-    for path, line in lines:
-        scan = scans.get(path)
-        if scan is None:
-            continue
-        for hits in scan.hits.values():
-            for h in hits.all_kept():
-                if h.lineno == line and _finite(h.wall_time):
-                    return float(h.wall_time), f"log timestamp ({path})"  # type: ignore[arg-type]
-        for tb in scan.tracebacks:
-            if tb.line_start <= line <= tb.line_end and _finite(tb.wall_time):
-                return float(tb.wall_time), f"log timestamp ({path})"  # type: ignore[arg-type]
     crash = primary.severity >= Severity.CRITICAL
     if crash:
         child = _child_failure_time(run, primary)
         if child is not None:
             return child, "torchrun error record"
-    for path, line in lines:
+    # A span's first line is where it starts (a traceback's header): other lines of the span
+    # may be other processes' output interleaved with it.
+    lines = [(ev.path, ev.line, ev.excerpt) for ev in primary.evidence if ev.path is not None and ev.line is not None]
+    scans = {scan.path: scan for scan in run.logs}
+    if _finite(primary.wall_time) and not any(
+            _stale(scans[p], ln, float(primary.wall_time), text)  # type: ignore[arg-type]
+            for p, ln, text in lines[:1] if p in scans):
+        return float(primary.wall_time), "finding"  # type: ignore[arg-type]
+    for path, line, _text in lines:
+        scan = scans.get(path)
+        if scan is None:
+            continue
+        for hits in scan.hits.values():
+            for h in hits.all_kept():
+                if h.lineno == line and _finite(h.wall_time) and not _stale(scan, line, h.wall_time, h.text):
+                    return float(h.wall_time), f"log timestamp ({path})"  # type: ignore[arg-type]
+        for tb in scan.tracebacks:
+            if (tb.line_start <= line <= tb.line_end and _finite(tb.wall_time)
+                    and not _stale(scan, tb.line_start, tb.wall_time, None)):
+                return float(tb.wall_time), f"log timestamp ({path})"  # type: ignore[arg-type]
+    for path, line, _text in lines:
         scan = scans.get(path)
         t = _timestamp_before(scan, line) if scan is not None else None
         if t is not None:
@@ -136,7 +157,7 @@ def failure_moment(run: Any, primary: Finding | None) -> tuple[float | None, str
         if t is not None:
             return t, f"logged wall time at step {step}"
     if crash and _mtimes_trusted(run):  # not a copy's mtimes (autopsy.clock)
-        for path, line in lines:
+        for path, line, _text in lines:
             scan = scans.get(path)
             if scan is None or not scan.tail or line < scan.tail[0][0]:
                 continue  # only the last lines of a log were written at (about) its mtime
@@ -146,16 +167,44 @@ def failure_moment(run: Any, primary: Finding | None) -> tuple[float | None, str
     return None, None
 
 
+def _timed_lines(scan: Any) -> list[tuple[int, float]]:
+    """(line, wall time) of every record of a log that carries a time (hits, series points, tracebacks)."""
+    out = [(h.lineno, float(h.wall_time)) for hits in scan.hits.values() for h in hits.all_kept()
+           if _finite(h.wall_time)]
+    out += [(p.lineno, float(p.wall_time)) for p in scan.series if _finite(p.wall_time)]
+    out += [(tb.line_start, float(tb.wall_time)) for tb in scan.tracebacks if _finite(tb.wall_time)]
+    return out
+
+
+def _stale(scan: Any, line: int, t: Any, text: str | None) -> bool:
+    """Whether the log time ``t`` given to ``line`` was printed too far before it to date it.
+
+    The parser gives each record the time of the nearest timed line at or before it without
+    saying which line that was; the earliest record carrying the same time bounds it. The
+    log's very first time may be a header printed at the job's start.
+    (A ``Hit.wall_time_line`` from the scanner would make this exact.)
+    """
+    if not _finite(t) or (text and _CLOCK_TEXT.search(text)):
+        return False  # the line carries its own time
+    carriers = [ln for ln, w in _timed_lines(scan) if ln <= line and abs(w - float(t)) < 1e-6]
+    first_carrier = min(carriers) if carriers else None
+    if first_carrier is not None and line - first_carrier > MAX_TIMESTAMP_LINES:
+        return True
+    first = scan.first_wall_time
+    # The log's first time and a line far into it that has no time of its own: the time may be
+    # a header's from the job's start, with nothing to say how far before the line it was printed.
+    return _finite(first) and abs(float(first) - float(t)) < 1e-6 and line > MAX_TIMESTAMP_LINES
+
+
 def _timestamp_before(scan: Any, line: int) -> float | None:
-    """The latest timed line of a log at or before ``line`` (pattern hits and series points)."""
+    """The latest timed line of a log shortly before ``line`` (pattern hits, series points, tracebacks)."""
     best: tuple[int, float] | None = None
-    candidates = [(h.lineno, h.wall_time) for hits in scan.hits.values() for h in hits.all_kept()]
-    candidates += [(p.lineno, p.wall_time) for p in scan.series]
-    candidates += [(tb.line_start, tb.wall_time) for tb in scan.tracebacks]
-    for lineno, t in candidates:
-        if lineno <= line and _finite(t) and (best is None or lineno > best[0]):
-            best = (lineno, float(t))
-    return best[1] if best else None
+    for lineno, t in _timed_lines(scan):
+        if lineno <= line and (best is None or lineno > best[0]):
+            best = (lineno, t)
+    if best is None or _stale(scan, line, best[1], None):
+        return None
+    return best[1]
 
 
 _CHILD_TIME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[_ T](\d{2}):(\d{2}):(\d{2})$")
@@ -166,7 +215,7 @@ def _child_failure_time(run: Any, primary: Finding) -> float | None:
 
     Read as UTC like every naive log time (torchrun prints the node's local time).
     """
-    failures = [cf for cf in run.all_child_failures if cf.time]
+    failures = [cf for cf in (getattr(run, "all_child_failures", None) or ()) if cf.time]
     if not failures:
         return None
     ranks = {ev.rank for ev in primary.evidence if ev.rank is not None}
@@ -225,14 +274,60 @@ def step_time(run: Any, step: int, sources: tuple[str, ...] | None = None) -> fl
     return value if _finite(value) else None
 
 
-def resume_hint(run_path: str, ckpt: Any) -> str | None:
-    """The flag to resume from a checkpoint: HF Trainer's, else a nanochat-style step flag."""
+# Keys of a resume option, as written in launch scripts, argparse dumps and configs
+# (HF Trainer, Lightning/ours ``resume``/``resume_from``, ``ckpt_path``, nanochat, nanoGPT).
+_RESUME_KEYS = ("resume_from_checkpoint", "resume_from", "resume_checkpoint", "ckpt_path", "resume_from_step",
+                "resume", "init_from", "load_checkpoint", "load")
+_FLAG_SOURCES = ("launch_flag", "args_dump")
+
+
+def _entries(run: Any) -> list[Any]:
+    return list(getattr(run, "config_entries", None) or ())
+
+
+def resume_hint(run_path: str, ckpt: Any, entries: Any = ()) -> str | None:
+    """How to resume from a checkpoint, naming only options the run really has.
+
+    HF Trainer layout: ``--resume_from_checkpoint DIR``; nanochat layout: its base_train's
+    ``--resume_from_step N``; otherwise the resume option the run's launch script, args dump
+    or config sets (its own spelling), else
+    None (the renderers then say: load the checkpoint with the training script's resume option).
+    An invented flag would make a training script fail on start (argparse).
+    """
+    base = run_path.rstrip("/")
+    full = f"{base}/{ckpt.path}" if base else ckpt.path
+    at = f" (step {ckpt.step})" if ckpt.step is not None else ""
     if ckpt.layout == "hf":
-        base = run_path.rstrip("/")
-        return f"--resume_from_checkpoint {base}/{ckpt.path}" if base else f"--resume_from_checkpoint {ckpt.path}"
-    if ckpt.step is not None:
+        return f"--resume_from_checkpoint {full}"
+    if ckpt.layout == "nanochat" and ckpt.step is not None:
         return f"--resume_from_step {ckpt.step}"
-    return None
+    entry = _resume_entry(entries)
+    if entry is not None:
+        leaf = _leaf(entry.raw_key)
+        if entry.source in _FLAG_SOURCES:
+            flag = entry.raw_key if entry.raw_key.startswith("-") else f"--{leaf}"
+            if leaf == "init_from":
+                return f"{flag}=resume (nanoGPT: loads ckpt.pt from out_dir; {full}{at})"
+            if leaf == "resume_from_step":
+                return f"{flag} {ckpt.step}" if ckpt.step is not None else None
+            if isinstance(entry.value, bool) or str(entry.text).strip().lower() in ("", "true", "false"):
+                return f"{flag} (the option this run's launch set; it should pick up {full}{at})"
+            return f"{flag} {full}"
+        where = f"{entry.path}:{entry.line}" if entry.line is not None else entry.path
+        value = "resume" if leaf == "init_from" else (ckpt.step if leaf == "resume_from_step" else full)
+        return f"set {entry.raw_key}: {value} in {where}"
+    return None  # no option known: the renderers say "load <checkpoint> with your script's resume option"
+
+
+def _leaf(raw_key: str) -> str:
+    return raw_key.lstrip("-").rsplit(".", 1)[-1].replace("-", "_").lower()
+
+
+def _resume_entry(entries: Any) -> Any:
+    """The config entry naming a resume option, launch flags and args dumps first."""
+    found = [e for e in entries if _leaf(getattr(e, "raw_key", "") or "") in _RESUME_KEYS]
+    found.sort(key=lambda e: (e.source not in _FLAG_SOURCES, _RESUME_KEYS.index(_leaf(e.raw_key))))
+    return found[0] if found else None
 
 
 def _mtimes_trusted(run: Any) -> bool:

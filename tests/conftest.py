@@ -1,4 +1,4 @@
-"""Shared test paths. Area-specific fixtures live in the test modules themselves."""
+"""Shared test paths and the built-in rule catalog. Area-specific fixtures live in the test modules."""
 
 from __future__ import annotations
 
@@ -16,3 +16,11 @@ RULES = REPO / "rules"
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture(scope="module")
+def catalog():  # type: ignore[no-untyped-def]
+    """The built-in rule catalog (load_catalog caches it per process)."""
+    from autopsy.engine.loader import load_catalog
+
+    return load_catalog()

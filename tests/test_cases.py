@@ -32,13 +32,6 @@ def _collect() -> list[object]:
 _PARAMS = _collect()
 
 
-@pytest.fixture(scope="module")
-def catalog():  # type: ignore[no-untyped-def]
-    from autopsy.engine.loader import load_catalog
-
-    return load_catalog()
-
-
 @pytest.mark.skipif(not _PARAMS, reason="no case files in fixtures/cases/ yet")
 @pytest.mark.parametrize("case", _PARAMS)
 def test_case(case: Case | CaseError, tmp_path: Path, catalog) -> None:  # type: ignore[no-untyped-def]

@@ -328,7 +328,7 @@ def test_single_run_layouts_get_no_hint(tmp_path: Path, layout: list[str]) -> No
 
 
 def test_progress_mode() -> None:
-    from autopsy.cli import progress_mode
+    from autopsy.cli_support import progress_mode
 
     assert progress_mode("text", quiet=False, tty=True, n_runs=5, large=True) == "bar"
     assert progress_mode("text", quiet=False, tty=True, n_runs=1, large=True) == "ticker"
@@ -344,7 +344,7 @@ def test_ticker_shows_elapsed_time_and_clears_its_line() -> None:
     import io
     import time
 
-    from autopsy.cli import Ticker
+    from autopsy.cli_support import Ticker
 
     stream = io.StringIO()
     with Ticker("runs/big", stream=stream, interval=0.01):

@@ -27,13 +27,6 @@ NAMES = run_names()
 KILLED_MID_SAVE = ("killed_mid_save", "truncated_checkpoint", "nanochat")
 
 
-@pytest.fixture(scope="module")
-def catalog():  # type: ignore[no-untyped-def]
-    from autopsy.engine.loader import load_catalog
-
-    return load_catalog()
-
-
 def _files(root: Path) -> list[Path]:
     return sorted(Path(d, n) for d, _, names in os.walk(root) for n in names)
 

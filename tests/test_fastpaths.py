@@ -25,7 +25,7 @@ from builders import write_tfevents
 from autopsy.parsers.logs import compile_patterns, scan_log
 from autopsy.parsers.tensorboard import read_scalars
 from autopsy.parsers.trainer_state import history_columns, read_trainer_state
-from autopsy.run import _log_series_frame
+from autopsy.run_frames import _log_series_frame
 
 BIG = 1 << 40
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))

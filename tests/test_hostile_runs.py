@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from conftest import REPO, RUNS
+from text_checks import CONTROL, outside_fences
 
 import autopsy
 from autopsy.cli import main
@@ -142,25 +143,6 @@ def hostile_run(tmp_path: Path) -> Path:
     return run
 
 
-CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\x80-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def _outside_code(md: str) -> str:
-    out, fence = [], None
-    for line in md.splitlines():
-        m = re.match(r"^(`{3,})", line)
-        if fence is None and m:
-            fence = m.group(1)
-            continue
-        if fence is not None:
-            if re.fullmatch(rf"{fence}`*\s*", line):
-                fence = None
-            continue
-        out.append(re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", line))
-    assert fence is None, "a code fence was never closed"
-    return "\n".join(out)
-
-
 def _cli(run: Path, fmt: str) -> str:
     result = CliRunner().invoke(main, ["analyze", str(run), "--format", fmt, "--no-color"])
     assert result.exit_code in (0, 1), result.output
@@ -177,7 +159,7 @@ def test_terminal_output_carries_no_escape_sequences(hostile_run: Path) -> None:
 def test_markdown_cannot_carry_html_or_break_fences(hostile_run: Path) -> None:
     md = _cli(hostile_run, "md")
     assert "RuntimeError" in md and "\x1b" not in md
-    prose = _outside_code(md)
+    prose = "\n".join(outside_fences(md))
     assert not re.search(r"<\s*(script|img|b)\b", prose, re.I), prose
     assert not re.search(r"(?<!\\)\]\(javascript:", prose)  # "](" only escaped: never a link
 

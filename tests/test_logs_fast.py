@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from logscan_gen import CHAINED, CHILD_FAILED, SPECS, hf_log
 
-from autopsy.parsers import log_parallel, log_store, logs
+from autopsy.parsers import log_blocks, log_context, log_parallel, log_scanner, log_store
 from autopsy.parsers.log_series import DictTemplate, dict_template, parse_dict_record
 from autopsy.parsers.logs import compile_patterns, scan_log
 from autopsy.parsers.types import LogScan
@@ -57,14 +57,14 @@ def _scan(path: Path, compiled: Any = None) -> LogScan:
 
 def _count_fast(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     handled = [0]
-    real = logs.fast_run
+    real = log_scanner.fast_run
 
     def counting(sc: Any, entries: list[int], idx: int, done: int) -> tuple[int, int]:
         got = real(sc, entries, idx, done)
         handled[0] += got[0] - idx
         return got
 
-    monkeypatch.setattr(logs, "fast_run", counting)
+    monkeypatch.setattr(log_scanner, "fast_run", counting)
     return handled
 
 
@@ -72,14 +72,14 @@ def _count_fast(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def test_fast_path_equals_general_walk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
     p = tmp_path / "train.log"
     p.write_text(hf_log(seed, 3000, timestamps=seed % 2 == 0), encoding="utf-8")
-    monkeypatch.setattr(logs, "BLOCK", 64 << 10)  # many blocks: runs cut at block ends
+    monkeypatch.setattr(log_blocks, "BLOCK", 64 << 10)  # many blocks: runs cut at block ends
     # small files take a rate from every bar (the general path, bar by bar): seeds 2, 3 do that
-    monkeypatch.setattr(logs, "EVERY_BAR_BELOW", 0 if seed < 2 else 1 << 30)
+    monkeypatch.setattr(log_scanner, "EVERY_BAR_BELOW", 0 if seed < 2 else 1 << 30)
     handled = _count_fast(monkeypatch)
     fast = _scan(p)
     if seed < 2:
         assert handled[0] > 400  # most dicts went the fast way
-    monkeypatch.setattr(logs, "MAX_TEMPLATES", 0)
+    monkeypatch.setattr(log_scanner, "MAX_TEMPLATES", 0)
     general = _scan(p)
     assert _diff(canon(fast), canon(general)) == []
     assert len(fast.series) > 3000 and fast.hits["nan/dict"].count > 0 and fast.tracebacks
@@ -88,13 +88,13 @@ def test_fast_path_equals_general_walk(tmp_path: Path, monkeypatch: pytest.Monke
 def test_fast_path_thins_like_the_general_walk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     p = tmp_path / "train.log"
     p.write_text(hf_log(5, 4000), encoding="utf-8")
-    monkeypatch.setattr(logs, "BLOCK", 32 << 10)
-    monkeypatch.setattr(logs, "EVERY_BAR_BELOW", 0)
+    monkeypatch.setattr(log_blocks, "BLOCK", 32 << 10)
+    monkeypatch.setattr(log_scanner, "EVERY_BAR_BELOW", 0)
     monkeypatch.setattr(log_store, "MAX_SERIES_POINTS", 700)
     handled = _count_fast(monkeypatch)
     fast = _scan(p)
     assert handled[0] > 400
-    monkeypatch.setattr(logs, "MAX_TEMPLATES", 0)
+    monkeypatch.setattr(log_scanner, "MAX_TEMPLATES", 0)
     general = _scan(p)
     assert getattr(fast.series, "stride", 1) > 2 and len(fast.series) < 700
     assert _diff(canon(fast), canon(general)) == []
@@ -125,8 +125,8 @@ def test_template_reads_what_the_dict_parser_reads() -> None:
 @pytest.fixture
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Parallel scans on small files: 64 KB blocks, any size qualifies, a short warm-up."""
-    monkeypatch.setattr(logs, "BLOCK", 64 << 10)
-    monkeypatch.setattr(logs, "EVERY_BAR_BELOW", 0)  # as in big files: the fast path runs
+    monkeypatch.setattr(log_blocks, "BLOCK", 64 << 10)
+    monkeypatch.setattr(log_scanner, "EVERY_BAR_BELOW", 0)  # as in big files: the fast path runs
     monkeypatch.setattr(log_parallel, "MIN_BYTES", 1)
     monkeypatch.setattr(log_parallel, "WARM_BYTES", 24 << 10)
     monkeypatch.setenv("AUTOPSY_LOG_WORKERS", "2")
@@ -167,7 +167,7 @@ def _plan(p: Path) -> log_parallel.Plan:
 
     fd = os.open(p, os.O_RDONLY)
     try:
-        plan = log_parallel.plan(fd, p.stat().st_size, logs.BLOCK)
+        plan = log_parallel.plan(fd, p.stat().st_size, log_blocks.BLOCK)
     finally:
         os.close(fd)
     assert plan is not None
@@ -217,7 +217,7 @@ def test_timestamp_candidates_find_what_finditer_finds() -> None:
             b"I0501 12:00:00.123456  4242 a.cc:1] y\nx 9:00:00.000001 7 \n[00:03<44442:40,  3.75it/s]"
             b"{'lr': 1e-05}\n2024-05-01T12:00:00.5+05:00 2024-05-01_12:00:00Z\n:12:34.567890 1 :1:2.3\n") * 3
     for rx in (lt._TS_ISO, lt._TS_GLOG):
-        ours = [(m.start(), m.group()) for m in logs._ts_matches(rx, text)]
+        ours = [(m.start(), m.group()) for m in log_context._ts_matches(rx, text)]
         assert ours == [(m.start(), m.group()) for m in rx.finditer(text)]
         assert ours
 

@@ -64,9 +64,9 @@ def test_prefilter_equals_reference(tmp_path, seed, accel):
 
 
 def test_prefilter_across_block_boundaries(tmp_path, monkeypatch):
-    from autopsy.parsers import logs
+    from autopsy.parsers import log_blocks
 
-    monkeypatch.setattr(logs, "BLOCK", 4096)  # many blocks, lines cut everywhere
+    monkeypatch.setattr(log_blocks, "BLOCK", 4096)  # many blocks, lines cut everywhere
     p = tmp_path / "t.log"
     p.write_bytes(_random_log(7, 4000))
     compiled = compile_patterns(SPECS)

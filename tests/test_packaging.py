@@ -15,7 +15,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, RULES, RUNS
 
 

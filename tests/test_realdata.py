@@ -13,38 +13,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from expectations import assert_entries_match_dirs, expectation_params, fire_problems, load_expectations
 
 ROOT = Path(__file__).resolve().parent.parent / "fixtures"
 REALDATA = ROOT / "realdata"
 EXPECTED = ROOT / "realdata_expected.yaml"
 _KEYS = {"source", "fires", "not_fires", "notes", "todo"}
-
-
-def _load() -> dict[str, dict[str, Any]]:
-    with EXPECTED.open(encoding="utf-8") as fh:
-        data = yaml.safe_load(fh) or {}
-    assert isinstance(data, dict), "realdata_expected.yaml must map entry names to expectations"
-    return data
-
-
-_EXPECTED = _load()
-
-
-def _params() -> list[Any]:
-    params = []
-    for name, exp in sorted(_EXPECTED.items()):
-        marks = [pytest.mark.xfail(reason=str(exp["todo"]), strict=False)] if exp.get("todo") else []
-        params.append(pytest.param(name, exp, id=name, marks=marks))
-    return params
+_EXPECTED = load_expectations(EXPECTED)
 
 
 def test_every_run_dir_has_an_expectation() -> None:
-    dirs = {p.name for p in REALDATA.iterdir() if p.is_dir()}
-    assert dirs == set(_EXPECTED), (
-        f"without expectation: {sorted(dirs - set(_EXPECTED))}; without run dir: {sorted(set(_EXPECTED) - dirs)}")
+    assert_entries_match_dirs(REALDATA, _EXPECTED, _KEYS)
     for name, exp in _EXPECTED.items():
-        assert set(exp) <= _KEYS, f"{name}: unknown keys {sorted(set(exp) - _KEYS)}"
         assert "@" in str(exp.get("source", "")), f"{name}: source must be 'owner/repo path@commit' (or url@date)"
         assert exp.get("fires") or exp.get("not_fires"), f"{name}: an expectation must assert something"
         assert not set(exp.get("fires") or ()) & set(exp.get("not_fires") or ()), name
@@ -66,14 +46,7 @@ def test_every_trainer_state_parses_cleanly() -> None:
         assert ts.global_step == raw["global_step"] and ts.max_steps == raw["max_steps"], path
 
 
-@pytest.fixture(scope="module")
-def catalog():  # type: ignore[no-untyped-def]
-    from autopsy.engine.loader import load_catalog
-
-    return load_catalog()
-
-
-@pytest.mark.parametrize(("name", "exp"), _params())
+@pytest.mark.parametrize(("name", "exp"), expectation_params(_EXPECTED))
 def test_realdata(name: str, exp: dict[str, Any], catalog) -> None:  # type: ignore[no-untyped-def]
     from autopsy.api import analyze
 
@@ -81,6 +54,5 @@ def test_realdata(name: str, exp: dict[str, Any], catalog) -> None:  # type: ign
     fired = sorted({f.rule for f in report.findings})
     errors = [f"{o.rule}: {o.reason}" for o in report.outcomes if o.kind.value == "rule_error"]
     problems = [f"rule error {e}" for e in errors]
-    problems += [f"expected {rule} to fire" for rule in exp.get("fires") or () if rule not in fired]
-    problems += [f"{rule} fired" for rule in exp.get("not_fires") or () if rule in fired]
+    problems += fire_problems(exp, fired)
     assert not problems, f"{name} ({exp.get('source')}): {'; '.join(problems)} (fired: {fired})"

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 import report_samples as samples
+from text_checks import CONTROL, outside_fences
 
 from autopsy.report.github import annotation_lines
 from autopsy.report.markdown import render_markdown
 from autopsy.report.notebook import report_repr_html
 from autopsy.report.sanitize import md_code, md_code_block, md_text, strip_terminal
 from autopsy.report.terminal import render_table, render_terminal
-
-CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\x80-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def test_strip_terminal_removes_every_sequence() -> None:
@@ -39,27 +37,10 @@ def test_terminal_output_is_clean() -> None:
         assert not any(line.startswith("::") for line in text.splitlines())
 
 
-def _outside_fences(md: str) -> list[str]:
-    """Lines of Markdown outside fenced code blocks, with inline code spans removed."""
-    out, fence = [], None
-    for line in md.splitlines():
-        m = re.match(r"^(`{3,})", line)
-        if fence is None and m:
-            fence = m.group(1)
-            continue
-        if fence is not None:
-            if re.fullmatch(rf"{fence}`*\s*", line):
-                fence = None
-            continue
-        out.append(re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", line))
-    assert fence is None, "a code fence was never closed"
-    return out
-
-
 def test_markdown_neutralises_html_and_fences() -> None:
     md = render_markdown(samples.hostile(), samples.CATALOG)
     assert "\x1b" not in md and not CONTROL.search(md.replace("\n", ""))
-    prose = _outside_fences(md)
+    prose = outside_fences(md)
     assert not any("<" in line for line in prose), [line for line in prose if "<" in line]
     # the only headings are the entry's own
     assert [line for line in prose if line.startswith("#")] == [md.splitlines()[0]]

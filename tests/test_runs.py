@@ -38,13 +38,6 @@ _KEYS = frozenset({"run", "primary", "fires", "not_fires", "facts", "explained_b
 RUN_DIRS = sorted(p for p in RUNS.iterdir() if p.is_dir()) if RUNS.is_dir() else []
 
 
-@pytest.fixture(scope="module")
-def catalog():  # type: ignore[no-untyped-def]
-    from autopsy.engine.loader import load_catalog
-
-    return load_catalog()
-
-
 def _expected(name: str) -> dict[str, Any] | None:
     path = EXPECTED / f"{name}.yaml"
     if not path.is_file():

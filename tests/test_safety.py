@@ -20,7 +20,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import RUNS
 
 FORMATS = ("text", "md", "json", "sarif", "junit", "html")
@@ -38,7 +37,7 @@ def _snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
 
 
 def _make_read_only(root: Path) -> None:
-    for dirpath, dirnames, filenames in os.walk(root, topdown=False):
+    for dirpath, _dirnames, filenames in os.walk(root, topdown=False):
         for name in filenames:
             os.chmod(Path(dirpath) / name, 0o444)
         os.chmod(dirpath, 0o555)

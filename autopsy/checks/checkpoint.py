@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import regex
 
-from autopsy.checks.run import end_signals, seconds_since_progress
+from autopsy.checks.run_state import end_signals, seconds_since_progress
 from autopsy.checks.series import cite, config_entry, config_evidence, config_float, median_cadence, rounded
 from autopsy.engine.types import CheckContext, NotEvaluated
 from autopsy.model import Confidence, Evidence, Finding, Severity
@@ -272,7 +272,9 @@ def corrupt(ctx: CheckContext) -> Iterable[Finding]:
             instead = f"a newer valid checkpoint exists: {latest_valid.path}"
         else:
             instead = f"resume from {latest_valid.path} (step {latest_valid.step}) instead"
-        severity = Severity.WARNING if newer_valid and not is_newest else Severity.ERROR
+        # An old checkpoint with a valid newer one costs no work: resuming is unaffected, so it is
+        # reported (INFO) but never the run's primary over what stopped it (a time limit, a crash).
+        severity = Severity.INFO if newer_valid and not is_newest else Severity.ERROR
         out.append(ctx.finding(f"Checkpoint {c.path} cannot be resumed from ({what}); {instead}.",
                                key=f"checkpoint.corrupt:{c.layout}:{regex.sub(r'[0-9]+', 'N', c.path)}",
                                facts=facts, evidence=ev, severity=severity, step=c.step))

@@ -219,6 +219,37 @@ def config_lookup(run: Run, keys: Sequence[str]) -> ConfigEntry | None:
     return None
 
 
+# DataLoader settings that decide host RAM use, cited by oom.host and data.worker (canonical
+# keys in order of preference: generic configs, then HF TrainingArguments' dataloader_* names).
+LOADER_KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("num_workers", ("num_workers", "dataloader_num_workers", "workers")),
+    ("pin_memory", ("pin_memory", "dataloader_pin_memory")),
+    ("persistent_workers", ("persistent_workers", "dataloader_persistent_workers")),
+    ("prefetch_factor", ("prefetch_factor", "dataloader_prefetch_factor")),
+)
+
+
+def cite_config(run: Run, specs: Sequence[tuple[str, Sequence[str]]]
+                ) -> tuple[dict[str, Any], list[Evidence], list[str]]:
+    """Facts, evidence and ``key=value (file:line)`` phrases for each (fact, config keys) found.
+
+    Each fact gets ``<fact>``, ``<fact>_key`` (as written) and ``<fact>_source`` (file:line).
+    """
+    facts: dict[str, Any] = {}
+    evidence: list[Evidence] = []
+    cited: list[str] = []
+    for fact, keys in specs:
+        entry = config_lookup(run, list(keys))
+        if entry is None:
+            continue
+        facts[fact] = entry.value
+        facts[f"{fact}_key"] = entry.raw_key
+        facts[f"{fact}_source"] = config_where(entry)
+        evidence.append(config_evidence(entry))
+        cited.append(f"{entry.raw_key}={entry.text} ({config_where(entry)})")
+    return facts, evidence, cited
+
+
 def config_evidence(entry: ConfigEntry) -> Evidence:
     return Evidence(path=entry.path, line=entry.line, excerpt=f"{entry.raw_key}: {entry.text}".strip(),
                     detail=f"config ({entry.source})")

@@ -11,12 +11,14 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import regex
 
 from autopsy.checks.common import (
     CONTEXT_PREFIX,
+    cite_config,
     evidence_for,
     exception_line,
     final_tracebacks,
@@ -34,6 +36,7 @@ from autopsy.checks.common import (
     tb_chain,
     where,
 )
+from autopsy.checks.oom import host_config_keys
 from autopsy.engine.types import CheckContext
 from autopsy.model import Confidence, Evidence, Finding
 from autopsy.parsers.types import Hit, PatternSpec, Traceback
@@ -380,7 +383,16 @@ def data_worker(ctx: CheckContext) -> Iterable[Finding]:
         at = f" at step {f['step']}" if "step" in f else ""
         return f"A DataLoader worker died: {why}{at}{rank_phrase(f)} ({where(hit)})."
 
-    return line_rule(ctx, names=("killed_by_signal", "shm_bus_error", "shm_killed_hint", "shm_write", "loader_timeout",
-                                 "exited_unexpectedly"),
-                     message=message, facts=facts, key=cause)
+    found = line_rule(ctx, names=("killed_by_signal", "shm_bus_error", "shm_killed_hint", "shm_write",
+                                  "loader_timeout", "exited_unexpectedly"),
+                      message=message, facts=facts, key=cause)
+    if not found:
+        return found
+    # The settings that size the workers' memory, cited from the config like oom.cuda's batch size.
+    cfg_facts, cfg_evidence, cited = cite_config(ctx.run, host_config_keys(ctx.params))
+    if not cited:
+        return found
+    tail = "; " + ", ".join(cited) + "."
+    return [replace(f, facts={**f.facts, **cfg_facts}, evidence=(*f.evidence, *cfg_evidence),
+                    message=f.message[:-1] + tail if f.message.endswith(".") else f.message + tail) for f in found]
 

@@ -17,23 +17,26 @@ from typing import Any
 import regex
 
 from autopsy.checks.common import (
-    config_evidence,
-    config_lookup,
-    config_where,
+    LOADER_KEYS,
+    cite_config,
     earliest,
     evidence_for,
     fmt_gib,
+    frame_text,
     group,
     group_int,
     hit_rank,
     hits_of,
+    is_library_frame,
     other_rule_fired_lines,
     parse_size_gib,
+    project_frame,
     rank_phrase,
     ranks_of,
     recovered,
     signal_name,
     size_to_gib,
+    traceback_at,
     where,
 )
 from autopsy.engine.types import CheckContext
@@ -138,19 +141,21 @@ def cuda(ctx: CheckContext) -> Iterable[Finding]:
     if step is not None:
         facts["step"] = step
     evidence: list[Evidence] = evidence_for([lead, *[h for h in hits if h is not lead]])
-    cited = []
-    for fact, keys in (("batch_size", ctx.params.get("batch_size_keys", ())),
-                       ("seq_len", ctx.params.get("seq_len_keys", ()))):
-        entry = config_lookup(ctx.run, list(keys))
-        if entry is not None:
-            facts[fact] = entry.value
-            facts[f"{fact}_key"] = entry.raw_key
-            facts[f"{fact}_source"] = config_where(entry)
-            evidence.append(config_evidence(entry))
-            cited.append(f"{entry.raw_key}={entry.text} ({config_where(entry)})")
+    cfg_facts, cfg_evidence, cited = cite_config(ctx.run, (("batch_size", ctx.params.get("batch_size_keys", ())),
+                                                           ("seq_len", ctx.params.get("seq_len_keys", ()))))
+    facts.update(cfg_facts)
+    evidence.extend(cfg_evidence)
+    # The fingerprint names the code that ran out of memory when the traceback shows it: the
+    # same OOM in forward() is recognised across runs, one in evaluate() is another failure.
+    # Function names only: line numbers move with every edit of the script.
+    key = f"oom.cuda:{facts['variant']}"
+    tb = traceback_at(ctx.run, lead)
+    frame = project_frame(tb) if tb is not None else None
+    if frame is not None and not is_library_frame(frame) and frame.function:
+        facts["frame"] = frame_text(frame)
+        key += f":{frame.function}"
     msg = _message(facts, lead, step, cited)
-    return [ctx.finding(msg, key=f"oom.cuda:{facts['variant']}", facts=facts, evidence=evidence, step=step,
-                        wall_time=lead.wall_time)]
+    return [ctx.finding(msg, key=key, facts=facts, evidence=evidence, step=step, wall_time=lead.wall_time)]
 
 
 def _message(facts: dict[str, Any], lead: Hit, step: int | None, cited: list[str]) -> str:
@@ -247,11 +252,27 @@ def host(ctx: CheckContext) -> Iterable[Finding]:
         facts.setdefault("signal", signal_name(9))
         evidence.append(Evidence(path=cf.path, line=cf.line, rank=cf.rank,
                                  detail=f"rank {cf.rank} exitcode {cf.exitcode} ({cf.signal or 'SIGKILL'})"))
+    # What decides host RAM use, from the config (as oom.cuda cites its batch size).
+    cfg_facts, cfg_evidence, cited = cite_config(ctx.run, host_config_keys(ctx.params))
+    facts.update(cfg_facts)
+    evidence.extend(cfg_evidence)
     step = facts.get("step")
     msg = _host_message(facts, lead, confidence)
+    if cited:
+        msg = msg[:-1] + "; " + ", ".join(cited) + "."
     key = f"oom.host:{facts['source']}"
     return [ctx.finding(msg, key=key, facts=facts, evidence=evidence, confidence=confidence, step=step,
                         wall_time=lead.wall_time if lead is not None else None)]
+
+
+def host_config_keys(params: Any) -> list[tuple[str, tuple[str, ...]]]:
+    """(fact, config keys) cited for host-RAM failures: batch size, then the DataLoader settings."""
+    batch = tuple(params.get("batch_size_keys", ())) or _BATCH_KEYS
+    return [("batch_size", batch), *LOADER_KEYS]
+
+
+_BATCH_KEYS = ("per_device_train_batch_size", "micro_batch_size", "train_micro_batch_size_per_gpu",
+               "device_batch_size", "batch_size", "train_batch_size")
 
 
 def _one_per_line(hits: Iterable[Hit]) -> list[Hit]:

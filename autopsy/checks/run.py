@@ -1,4 +1,4 @@
-"""Run-state rules: log.empty, run.stalled, run.incomplete, and the run-state helpers they share.
+"""Run-state rules: log.empty, run.stalled, run.incomplete (helpers in :mod:`autopsy.checks.run_state`).
 
 These rules judge the run as a whole: did it stop, how, and was it still alive after its
 last step. They never look at a clock they cannot trust: in-log timestamps are compared
@@ -9,135 +9,24 @@ other and with the analysis time.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 
-import numpy as np
 import regex
 
+from autopsy.checks.run_state import (
+    TERMINATION_EXIT_CODES,
+    cadence_seconds,
+    end_signals,
+    epoch_progress_time,
+    exited_cleanly,
+    progress_artifact_mtime,
+    seconds_since_progress,
+)
 from autopsy.checks.series import as_bool, cite, config_entry, config_evidence
-from autopsy.clock import ERROR_LINE, TERMINATION_LINE
 from autopsy.engine.types import CheckContext, NotEvaluated
 from autopsy.model import ArtifactKind, Confidence, Evidence, Finding, Severity
 from autopsy.parsers.types import Hit, LogScan
 from autopsy.run import Run
-
-# Exit statuses that mean "stopped from outside" rather than "failed": SIGTERM (143, -15 as
-# Python's subprocess reports it, 15 as torchrun's signal number) and SIGINT (130, -2).
-TERMINATION_EXIT_CODES = frozenset({143, -15, 15, 130, -2})
-# Exceptions that are how a stop request surfaces in Python, not errors of the program.
-TERMINATION_EXCEPTIONS = ("KeyboardInterrupt", "SignalException", "SystemExit")
-
-@dataclass(frozen=True)
-class Signal:
-    """One trace of how the run ended: an error, an external termination, or an exit status."""
-
-    kind: str  # "traceback", "child_failure", "exit_code", "error_line", "termination"
-    text: str
-    evidence: Evidence
-    termination: bool  # stopped from outside (SIGTERM, time limit, preemption), not a failure
-
-
-def _tail_evidence(scan: LogScan, lineno: int, line: str) -> Evidence:
-    return Evidence(path=scan.path, line=lineno, excerpt=line.strip()[:300], rank=scan.rank)
-
-
-def end_signals(run: Run) -> list[Signal]:
-    """Every recorded trace of the run ending: tracebacks, child failures, exit codes, tail lines."""
-    out: list[Signal] = []
-    for tb in run.all_tracebacks:
-        term = tb.exc_type.rsplit(".", 1)[-1] in TERMINATION_EXCEPTIONS
-        out.append(Signal("traceback", f"{tb.exc_type}: {tb.message}"[:300],
-                          Evidence(path=tb.path, line=tb.line_start, line_end=tb.line_end,
-                                   excerpt=f"{tb.exc_type}: {tb.message}"[:300], rank=tb.rank), term))
-    for cf in run.all_child_failures:
-        code = cf.exitcode
-        term = code is not None and code in TERMINATION_EXIT_CODES
-        out.append(Signal("child_failure", f"rank {cf.rank} exitcode {code}",
-                          Evidence(path=cf.path, line=cf.line, excerpt=f"exitcode: {code}", rank=cf.rank), term))
-    for path, code in run.exit_codes:
-        if code == 0:
-            continue
-        out.append(Signal("exit_code", f"exit code {code}", Evidence(path=path, excerpt=str(code)),
-                          code in TERMINATION_EXIT_CODES))
-    for scan in run.logs:
-        for lineno, line in scan.tail:
-            if TERMINATION_LINE.search(line):  # the lines autopsy.clock reads to tell that a process ended
-                out.append(Signal("termination", line.strip()[:300], _tail_evidence(scan, lineno, line), True))
-            elif ERROR_LINE.search(line.strip()):
-                out.append(Signal("error_line", line.strip()[:300], _tail_evidence(scan, lineno, line), False))
-    return out
-
-
-def error_signals(run: Run) -> list[Signal]:
-    return [s for s in end_signals(run) if not s.termination]
-
-
-def exited_cleanly(run: Run) -> bool:
-    return any(code == 0 for _, code in run.exit_codes)
-
-
-def progress_artifact_mtime(run: Run) -> tuple[float | None, str | None]:
-    """Newest mtime among event files, trainer_state and checkpoint files, with its path.
-
-    (None, None) when mtimes are not the run's own (a copy or a clone: ``run.clock``).
-    """
-    best: tuple[float | None, str | None] = (None, None)
-    for art in run.discovery.artifacts:
-        if art.kind in (ArtifactKind.TFEVENTS, ArtifactKind.TRAINER_STATE, ArtifactKind.CHECKPOINT_FILE):
-            t = run.clock.mtime(art)
-            if t is not None and (best[0] is None or t > best[0]):
-                best = (t, art.path)
-    return best
-
-
-def epoch_progress_time(run: Run) -> tuple[float | None, str]:
-    """When the last step was logged, in unix seconds a clock can be compared with.
-
-    TensorBoard wall times first (written by the training process itself), else the
-    newest progress artifact mtime when mtimes are the run's own (``run.clock``). Log
-    timestamps are left out: they may be naive local time.
-    """
-    df = run.scalars
-    tb = df[(df["source"] == "tensorboard") & df["wall_time"].notna()]
-    if len(tb):
-        return float(tb["wall_time"].max()), "tensorboard wall time"
-    mtime, path = progress_artifact_mtime(run)
-    if mtime is not None:
-        return mtime, f"mtime of {path}"
-    return None, ""
-
-
-def seconds_since_progress(run: Run) -> float | None:
-    """How long the run has made no step, at analysis time; None when unknown.
-
-    Infinite when no clock tells and the run cannot be live (``run.clock.live`` is false:
-    a copy, a clone, or a process known to have ended): nothing will write to it again.
-    """
-    t, _ = epoch_progress_time(run)
-    if t is not None:
-        return max(0.0, run.now - t)
-    return None if run.clock.live else math.inf
-
-
-def cadence_seconds(run: Run) -> float | None:
-    """Median seconds between consecutive logged steps, from TensorBoard or log wall times."""
-    df = run.scalars
-    rows = df[df["wall_time"].notna() & df["step"].notna()]
-    if rows.empty:
-        return None
-    best: float | None = None
-    for _, grp in rows.groupby(["source", "path"], observed=True):
-        per_step = grp.groupby("step")["wall_time"].min().sort_index()
-        if len(per_step) < 3:
-            continue
-        d = np.diff(per_step.to_numpy())
-        d = d[d > 0]
-        if d.size:
-            med = float(np.median(d))
-            best = med if best is None else min(best, med)
-    return best
 
 
 def _stall_threshold(ctx: CheckContext, cadence: float | None) -> float:

@@ -86,8 +86,9 @@ def find_checkpoints(root: Path, artifacts: Sequence[Artifact], *, now: float,
             indexes.append(art)
         else:
             loose.append(art)
+    ranks = _nanochat_ranks(nano)
     for (folder, digits), arts in sorted(nano.items()):
-        out.append(_nanochat_checkpoint(root, folder, digits, arts, now, in_progress_seconds))
+        out.append(_nanochat_checkpoint(root, folder, digits, arts, now, in_progress_seconds, ranks.get(folder, 1)))
 
     by_path = {a.path: a for a in loose}
     for idx in indexes:
@@ -149,8 +150,28 @@ def _hf_checkpoint(root: Path, directory: str, arts: list[Artifact], now: float,
     return _make(directory, "hf", step, arts, files, missing, now, window, extra)
 
 
+def _nanochat_ranks(nano: dict[tuple[str, str], list[Artifact]]) -> dict[str, int]:
+    """Optimizer shards per step in each folder: the most ranks of a step that has all of its
+    ``rank0..N-1`` (every rank saves its own ``optim_<step>_rank<r>.pt``)."""
+    out: dict[str, int] = {}
+    for (folder, _), arts in nano.items():
+        got = _optim_ranks(arts)
+        if got and got == set(range(len(got))):
+            out[folder] = max(out.get(folder, 1), len(got))
+    return out
+
+
+def _optim_ranks(arts: list[Artifact]) -> set[int]:
+    ranks = set()
+    for a in arts:
+        m = _NANOCHAT.match(_split(a.path)[1])
+        if m and m.group("part") == "optim":
+            ranks.add(int(m.group("rank") or 0))
+    return ranks
+
+
 def _nanochat_checkpoint(root: Path, folder: str, digits: str, arts: list[Artifact], now: float,
-                         window: float) -> Checkpoint:
+                         window: float, n_ranks: int = 1) -> Checkpoint:
     arts.sort(key=lambda a: a.path)
     parts = {_NANOCHAT.match(_split(a.path)[1]).group("part") for a in arts}  # type: ignore[union-attr]
     missing = []
@@ -158,8 +179,11 @@ def _nanochat_checkpoint(root: Path, folder: str, digits: str, arts: list[Artifa
         missing.append(f"model_{digits}.pt")
     if "meta" not in parts:
         missing.append(f"meta_{digits}.json")
-    if "optim" not in parts:
-        missing.append(f"optim_{digits}_rank0.pt")
+    have = _optim_ranks(arts)
+    # ranks the folder's complete steps had; a step with none names them all (a save cut
+    # before any optimizer shard), one cut part-way names those it lacks
+    missing.extend(f"optim_{digits}_rank{r}.pt" for r in range(max(n_ranks, max(have, default=-1) + 1))
+                   if r not in have)
     files = [_check_file(root, a) for a in arts]
     path = _join(folder, f"model_{digits}")
     return _make(path, "nanochat", int(digits), arts, files, missing, now, window)

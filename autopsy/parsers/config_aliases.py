@@ -27,6 +27,18 @@ the leaf key (``training.optim.lr`` -> ``lr``), lower-cased, with ``-`` read as 
 | output_dir | out_dir, output_path, save_dir, checkpoint_dir, ckpt_dir, default_root_dir |
 | resume_from_checkpoint | resume, resume_from, ckpt_path, init_from, resume_checkpoint |
 | fp16, bf16 | themselves (booleans) |
+
+A few leaves only mean something with their section (the key's parent: ``train.steps``,
+torchtitan's ``[training] steps``), so ``eval.steps`` or ``warmup.steps`` never read as the
+run's length:
+
+| section | leaf | canonical |
+|---|---|---|
+| train, training, trainer, optim | steps, iters, iterations | max_steps |
+| warmup, lr_warmup | steps, iters | warmup_steps |
+| checkpoint, checkpointing, ckpt, save | steps, every, interval, freq | save_steps |
+| checkpoint, checkpointing, ckpt, save | keep_latest_k, keep | save_total_limit |
+| log, logging | steps, every, interval, freq | logging_steps |
 """
 
 from __future__ import annotations
@@ -59,6 +71,16 @@ _TABLE: dict[str, tuple[str, ...]] = {
     "resume_from_checkpoint": ("resume", "resume_from", "ckpt_path", "init_from", "resume_checkpoint"),
 }
 
+_SECTION_TABLE: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
+    (("train", "training", "trainer", "optim"), ("steps", "iters", "iterations"), "max_steps"),
+    (("warmup", "lr_warmup"), ("steps", "iters"), "warmup_steps"),
+    (("checkpoint", "checkpointing", "ckpt", "save"), ("steps", "every", "interval", "freq"), "save_steps"),
+    (("checkpoint", "checkpointing", "ckpt", "save"), ("keep_latest_k", "keep"), "save_total_limit"),
+    (("log", "logging"), ("steps", "every", "interval", "freq"), "logging_steps"),
+)
+SECTION_ALIASES: dict[tuple[str, str], str] = {
+    (section, leaf): canon for sections, leaves, canon in _SECTION_TABLE for section in sections for leaf in leaves
+}
 ALIASES: dict[str, str] = {alias: canon for canon, names in _TABLE.items() for alias in names}
 CANONICAL: frozenset[str] = frozenset(_TABLE) | {"fp16", "bf16"}
 
@@ -68,9 +90,20 @@ def normalise(raw_leaf: str) -> str:
     return raw_leaf.strip().lstrip("-").replace("-", "_").lower()
 
 
-def canonical_key(raw_leaf: str, value: Any = None) -> str:
-    """The canonical key for a leaf key as written (unknown keys: the normalised leaf)."""
+def canonical_key(raw_leaf: str, value: Any = None, *, parent: str | None = None) -> str:
+    """The canonical key for a leaf key as written (unknown keys: the normalised leaf).
+
+    ``parent`` is the section the leaf sits in (``train`` for ``train.steps``); a dotted key
+    (``--optimizer.lr``, Hydra's ``train.steps=5``) gives its own last two parts.
+    """
     leaf = normalise(raw_leaf)
+    if "." in leaf:
+        parts = leaf.split(".")
+        leaf, parent = parts[-1], parts[-2]
+    if parent is not None:
+        canon = SECTION_ALIASES.get((normalise(parent), leaf))
+        if canon is not None:
+            return canon
     if leaf not in ALIASES and leaf not in CANONICAL:
         return raw_leaf.strip().lstrip("-").replace("-", "_")  # unknown: the leaf as written
     canon = ALIASES.get(leaf, leaf)

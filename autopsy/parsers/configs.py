@@ -76,7 +76,9 @@ def _source(name: str, detail: str | None) -> str:
 
 
 def _entry(raw_key: str, leaf: str, value: Any, text: str, path: str, line: int | None, source: str) -> ConfigEntry:
-    key = canonical_key(leaf, value)
+    # the section holding the leaf: "train" in "train.steps" (a leaf may itself hold dots)
+    prefix = raw_key[:-len(leaf) - 1] if raw_key.endswith("." + leaf) else ""
+    key = canonical_key(leaf, value, parent=prefix.rsplit(".", 1)[-1] if prefix else None)
     if key == "max_seq_len" and isinstance(value, (int, float)) and value >= _HUGE_MAX_LENGTH:
         value = None  # transformers' VERY_LARGE_INTEGER: "no limit set"
     return ConfigEntry(key, raw_key, value, text, path, line, source)

@@ -49,6 +49,7 @@ _HF_KEYS = {
     "Total optimization steps": "max_steps",
     "Number of trainable parameters": "num_trainable_parameters",
 }
+_INT64 = 2**63
 _PRODUCT = re.compile(r"^\d{1,12}(?:\s*\*\s*\d{1,12}){1,4}$")
 
 
@@ -83,6 +84,8 @@ class LogConfigTracker:
         return self.block_left > 0
 
     def _add(self, key: str, raw_key: str, value: object, text: str, line: int) -> None:
+        if isinstance(value, int) and not -_INT64 <= value < _INT64:
+            return  # "max_iters = 99999999999999999999999": no setting, and no int64 column holds it
         if len(self.entries) < MAX_ENTRIES:
             self.entries.append(ConfigEntry(key, raw_key, value, text, self.path, line, "log"))
         else:

@@ -2,8 +2,8 @@
 
 About a million times per GB an HF log holds ``\\r``-redrawn tqdm bars followed by a
 metrics dict: ``...\\r  5%|▌  | 50/1000 [00:10<03:10,  4.98it/s]\\r{'loss': 2.1, ...}\\n``.
-The general walk (:meth:`logs._Scanner._segment`) decodes and cleans the dict, parses it
-with ``findall``, then looks back for the bar (:meth:`logs._Scanner._advance_bars`). Here
+The general walk (:meth:`log_scanner.LogScanner._segment`) decodes and cleans the dict, parses it
+with ``findall``, then looks back for the bar (:meth:`log_context.BlockContext._advance_bars`). Here
 a run of such dicts is handled straight from the bytes: one ``match`` of a learnt key
 layout (:class:`log_series.DictTemplate`), two bounded ``rfind``-s and one ``match`` for
 the bar, the scanner's context in local variables, the series columns appended directly.
@@ -22,7 +22,7 @@ import re
 from bisect import bisect_left
 from typing import Any
 
-from autopsy.parsers.log_store import _NO_STEP
+from autopsy.parsers.log_store import _NO_STEP, MAX_STEP
 
 _PAT, _TRIG = 1, 2
 
@@ -37,6 +37,13 @@ _BAR_AT = re.compile(rb" *\d{1,3}%\|[^\r\n]*?(\d+)/(\d+) \[[^\]\r\n,]{0,40},\s*(
 # the bar in its segment (no "/" before the count, no line break inside), ending at "]".
 _BAR_STRICT = rb" *\d{1,3}%\|[^|/\r\n]*\| (\d+)/(\d+) \[[^\]\r\n,]{0,40},[ \t]*(\d+(?:\.\d+)?|\?)(it/s|s/it)\]"
 _BAR_LOOKBACK = 80  # the general path searches the bar from at most this far before its rate
+
+
+def _appenders(store: Any) -> tuple[Any, ...]:
+    """The store's columns as bound methods; taken again after the store thins (it replaces them)."""
+    cols = store.fast_columns()
+    values = cols[7]
+    return (values, *(c.append for c in cols[:7]), cols[6].extend, values.fromlist, values.append)
 
 
 def fast_run(sc: Any, entries: list[int], idx: int, done: int) -> tuple[int, int]:
@@ -61,10 +68,8 @@ def fast_run(sc: Any, entries: list[int], idx: int, done: int) -> tuple[int, int
     unit_tids: dict[bytes, int] = {}
     records, stride, cap = store.records, store.stride, store.cap
     kind_next = store.kind_next
-    cols = store.fast_columns()
-    values = cols[7]
-    a_start, a_step, a_lineno, a_wall, a_rank, a_rec, a_tag = (c.append for c in cols[:7])
-    extend_tags, values_fromlist, a_value = cols[6].extend, values.fromlist, values.append
+    (values, a_start, a_step, a_lineno, a_wall, a_rank, a_rec, a_tag,
+     extend_tags, values_fromlist, a_value) = _appenders(store)
     while idx < ne:
         ent = entries[idx]
         if ent & 7 != _TRIG:
@@ -136,6 +141,8 @@ def fast_run(sc: Any, entries: list[int], idx: int, done: int) -> tuple[int, int
             bar_n, _, rate_b, unit = bm.groups()
             bar_end = bm.end()
             bar_line_offset = count(b"\n", sb, p)
+        if len(bar_n) > 18 and int(bar_n) >= MAX_STEP:
+            break  # no step (the general path refuses such a bar): let it handle the line
         # ---- from here on the entry is ours: same effects as the general path, in its order
         nl_count += count(b"\n", nl_pos, p)
         nl_pos = p
@@ -168,10 +175,8 @@ def fast_run(sc: Any, entries: list[int], idx: int, done: int) -> tuple[int, int
                     store.records = records
                     store._thin()
                     stride = store.stride
-                    cols = store.fast_columns()
-                    values = cols[7]
-                    a_start, a_step, a_lineno, a_wall, a_rank, a_rec, a_tag = (c.append for c in cols[:7])
-                    extend_tags, values_fromlist, a_value = cols[6].extend, values.fromlist, values.append
+                    (values, a_start, a_step, a_lineno, a_wall, a_rank, a_rec, a_tag,
+                     extend_tags, values_fromlist, a_value) = _appenders(store)
         if tpl.is_train:
             dict_count += 1
         key = kind_next.get(tids[0], 0)
@@ -198,10 +203,8 @@ def fast_run(sc: Any, entries: list[int], idx: int, done: int) -> tuple[int, int
             store.records = records
             store._thin()
             stride = store.stride
-            cols = store.fast_columns()
-            values = cols[7]
-            a_start, a_step, a_lineno, a_wall, a_rank, a_rec, a_tag = (c.append for c in cols[:7])
-            extend_tags, values_fromlist, a_value = cols[6].extend, values.fromlist, values.append
+            (values, a_start, a_step, a_lineno, a_wall, a_rank, a_rec, a_tag,
+             extend_tags, values_fromlist, a_value) = _appenders(store)
     store.records = records
     store._expanded = None
     sc.bar_scan = lo

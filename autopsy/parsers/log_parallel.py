@@ -1,7 +1,7 @@
 """Two processes for one big log, with exactly the result of one sequential scan.
 
 The file is cut at a block boundary of the sequential scan near its middle (the byte after
-the last separator before ``k * BLOCK``, as :func:`logs.feed_blocks` would cut it), so
+the last separator before ``k * BLOCK``, as :func:`log_blocks.feed_blocks` would cut it), so
 both halves see the very blocks a sequential scan sees. This process scans the first
 half; a forked child scans the second, after a *warm-up* on the 2 MB before the cut that
 rebuilds the scanner's context there (current step, progress-bar total, last rate step,
@@ -31,10 +31,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from autopsy.parsers import log_text as lt
+from autopsy.parsers.log_blocks import feed_blocks, utf16_kind
+from autopsy.parsers.log_child_failures import MAX_CHILD_FAILURES, ChildFailureTracker
 from autopsy.parsers.log_config import MAX_ENTRIES, SECTION_UNKNOWN, LogConfigTracker
 from autopsy.parsers.log_match import HITS_KEPT, HitCollector
 from autopsy.parsers.log_store import SeriesStore
-from autopsy.parsers.log_tracebacks import MAX_CHILD_FAILURES, MAX_TRACEBACKS, ChildFailureTracker, TracebackTracker
+from autopsy.parsers.log_tracebacks import MAX_TRACEBACKS, TracebackTracker
 from autopsy.parsers.types import Hit, Traceback
 
 MIN_BYTES = 64 << 20
@@ -69,14 +71,12 @@ class Plan:
 
 def plan(fd: int, limit: int, block: int) -> Plan | None:
     """Where to cut, or None when this file should be scanned in one process."""
-    from autopsy.parsers.logs import _utf16_kind
-
     chunks = -(-limit // block)
     if chunks < 2:
         return None
     head = os.pread(fd, min(block, limit), 0)
     cut0 = max(head.rfind(b"\n"), head.rfind(b"\r"))
-    if _utf16_kind(head) or cut0 < 0:
+    if utf16_kind(head) or cut0 < 0:
         return None
     label_mode = lt.detect_label_mode(head[:cut0 + 1][: 1 << 20].split(b"\n", 200)[:200])
     k = chunks // 2
@@ -112,8 +112,6 @@ def _quiet(sc: Any) -> bool:
 
 
 def _child(conn: Any, make: Callable[[], Any], fd: int, p: Plan, limit: int, block: int) -> None:
-    from autopsy.parsers.logs import feed_blocks
-
     sc = make()
     sc.first_buf = False
     sc.label_mode = p.label_mode
@@ -194,8 +192,6 @@ def scan(fd: int, sc: Any, limit: int, make: Callable[[], Any], head_blocks: Ite
     """
     import multiprocessing as mp
 
-    from autopsy.parsers.logs import feed_blocks
-
     global last_outcome
     ctx = mp.get_context("fork")
     parent_conn, child_conn = ctx.Pipe()
@@ -237,8 +233,6 @@ def scan(fd: int, sc: Any, limit: int, make: Callable[[], Any], head_blocks: Ite
 
 def _sequential_rest(fd: int, sc: Any, carry: bytes, dropped: int, p: Plan, limit: int, block: int) -> bool:
     """The second half in this process, continuing the first: the sequential result."""
-    from autopsy.parsers.logs import feed_blocks
-
     rest, dropped, last_byte = feed_blocks(sc, _pread_blocks(fd, p.chunk_start, limit, block), carry, dropped)
     if rest:
         sc.block(rest, len(rest) if dropped else -1, dropped)

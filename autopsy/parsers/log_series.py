@@ -25,9 +25,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autopsy.parsers.log_store import _NO_STEP, MAX_SERIES_POINTS, SeriesStore, point
+from autopsy.parsers.log_store import _NO_STEP, MAX_SERIES_POINTS, MAX_STEP, SeriesStore, point
 
-__all__ = ["MAX_SERIES_POINTS", "_NO_STEP", "SeriesStore", "point"]  # re-exported: they lived here
+__all__ = ["MAX_SERIES_POINTS", "MAX_STEP", "_NO_STEP", "SeriesStore", "point"]  # re-exported: they lived here
 
 # ------------------------------------------------------------------------ HF dicts
 
@@ -68,7 +68,7 @@ def parse_dict_record(text: str) -> tuple[list[str], list[float], int | None] | 
     for k, _, quoted, bare in pairs:
         v = float(quoted or bare)
         if k in _STEP_KEYS:
-            if step is None and math.isfinite(v) and v >= 0 and v == int(v):
+            if step is None and math.isfinite(v) and 0 <= v < MAX_STEP and v == int(v):
                 step = int(v)
             continue
         if not metric and _is_metric_key(k):
@@ -189,7 +189,7 @@ def _mm_step(m: re.Match[str]) -> tuple[int, int | None] | None:
     # mmengine/mmcv count epochs from 1; the PyTorch example ("Epoch: [0][...]") from 0
     done = a if m.group("colon") else max(a - 1, 0)
     total = int(m.group("at")) * per_epoch if m.group("at") else None
-    return done * per_epoch + b, total
+    return done * per_epoch + b, total if total is None or total < MAX_STEP else None
 
 
 def parse_step_line(text: str) -> StepLine | None:
@@ -198,7 +198,7 @@ def parse_step_line(text: str) -> StepLine | None:
         mm = _MM_HEAD.search(text)
         if mm is not None:
             got = _mm_step(mm)
-            if got is None:
+            if got is None or got[0] >= MAX_STEP:  # 12-digit epochs x batches: no real step
                 return None
             values = _values(text, mm.end())
             return StepLine(got[0], got[1], tuple(values)) if values else None
@@ -277,7 +277,8 @@ class Bar:
             if not self.epoch_known:
                 return None
             if self.total:
-                return self.epoch * self.total + self.n
+                step = self.epoch * self.total + self.n
+                return step if step < MAX_STEP else None
         return self.n
 
 
@@ -285,7 +286,8 @@ def parse_bar(text: str) -> Bar | None:
     """The last progress bar drawn in ``text`` (a segment), or None."""
     best = None
     for m in _BAR.finditer(text):
-        if m.group("unit") or m.group("pct") is not None:
+        # a count past MAX_STEP is no step: not a bar (its int64 columns could not hold it)
+        if (m.group("unit") or m.group("pct") is not None) and int(m.group("n")) < MAX_STEP:
             best = m
     if best is None:
         return None
@@ -310,4 +312,6 @@ def parse_bar(text: str) -> Bar | None:
     desc_rest = _EPOCH.sub("", desc)
     training = not _NOT_TRAINING.search(desc_rest)
     total = int(best.group("total")) if best.group("total") else None
+    if total is not None and total >= MAX_STEP:
+        total = None
     return Bar(int(best.group("n")), total, rate, best.group("unit"), epoch, training, tuple(post), epoch_known)

@@ -29,6 +29,10 @@ from autopsy.parsers.types import SeriesPoint
 
 _new = object.__new__
 _NO_STEP = -(2**63)
+# Steps are kept in int64 columns; a log can print any integer ("99999999999999999999999/5000").
+# Parsers drop steps at or beyond this (no run takes 10**18 steps) and the store refuses them
+# too, so one absurd line costs its step, never the scan (an OverflowError would lose the log).
+MAX_STEP = 10**18
 MAX_SERIES_POINTS = 2_000_000  # at most ~12 bytes a point + ~44 a line, whatever the log size
 MAX_STRIDE = 1 << 30  # NaN floods cannot be thinned away: stop doubling there
 
@@ -81,7 +85,7 @@ class SeriesStore(Sequence[SeriesPoint]):
 
     def _line(self, key: int, step: int | None, lineno: int, wall: float | None, rank: int | None) -> None:
         self.l_start.append(len(self.value))
-        self.l_step.append(_NO_STEP if step is None else step)
+        self.l_step.append(_NO_STEP if step is None or not -MAX_STEP < step < MAX_STEP else step)
         self.l_lineno.append(lineno)
         self.l_wall.append(math.nan if wall is None else wall)
         self.l_rank.append(-1 if rank is None else rank)
@@ -101,7 +105,7 @@ class SeriesStore(Sequence[SeriesPoint]):
             return
         else:
             self.l_start.append(len(self.value))
-            self.l_step.append(_NO_STEP if step is None else step)
+            self.l_step.append(_NO_STEP if step is None or not -MAX_STEP < step < MAX_STEP else step)
             self.l_lineno.append(lineno)
             self.l_wall.append(math.nan if wall is None else wall)
             self.l_rank.append(-1 if rank is None else rank)

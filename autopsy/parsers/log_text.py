@@ -10,8 +10,10 @@ sequences are removed, then launcher prefixes (``[rank3]:``, ``[default3]:``,
 
 from __future__ import annotations
 
+import bisect
 import calendar
 import re
+from collections.abc import Iterable
 
 MAX_KEPT_CHARS = 4096  # a line's kept text (hits, head, tail) is capped here
 MAX_SEGMENT_BYTES = 65536  # only the first 64 KB of a segment are searched (huge lines)
@@ -100,10 +102,12 @@ def cap(text: str) -> str:
 _TS_ISO = re.compile(
     rb"-(\d\d)-(\d\d)[ T_](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?(Z|[+-]\d\d:?\d\d)?"
 )
-# glog (absl, torch >= 2.2 C++ and elastic logs): "I0501 12:00:00.123456  4242 file.cc:12]".
-# Anchored on the first ":"; the "[IWEF]MMDD HH" prefix is checked from the bytes before.
-_TS_GLOG = re.compile(rb":(\d\d):(\d\d)\.(\d{6}) +\d+ ")
-_GLOG_HEAD = re.compile(rb"[IWEF](\d\d)(\d\d) (\d\d)$")
+# glog (absl, torch elastic): "I0501 12:00:00.123456  4242 file.cc:12]"; torch >= 2.3 c10
+# logging (NCCL watchdog): "[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607]", month not
+# zero-padded, nanoseconds, no thread id. Anchored on the first ":"; the "[IWEF]MMDD HH"
+# prefix is checked from the bytes before. 6-9 fraction digits keep "12:00:00.5" out.
+_TS_GLOG = re.compile(rb":(\d\d):(\d\d)\.(\d{6,9})(?=[ \]])")
+_GLOG_HEAD = re.compile(rb"[IWEF](\d{3,4}) (\d\d)$")
 
 
 def _iso_at(buf: bytes, m: re.Match[bytes]) -> float | None:
@@ -128,26 +132,88 @@ def _iso_at(buf: bytes, m: re.Match[bytes]) -> float | None:
     return float(t)
 
 
+def iso_year(buf: bytes, m: re.Match[bytes]) -> int:
+    """The year of an ISO match :func:`_iso_at` accepted (the 4 digits before it)."""
+    return int(buf[m.start() - 4:m.start()])
+
+
 def _glog_at(buf: bytes, m: re.Match[bytes], year: int) -> float | None:
     s = m.start()
-    head = _GLOG_HEAD.search(buf, max(0, s - 8), s)
+    head = _GLOG_HEAD.search(buf, max(0, s - 9), s)
     if head is None or head.end() != s:
         return None
-    mon, day, hour = int(head.group(1)), int(head.group(2)), int(head.group(3))
-    minute, second, micro = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    h0 = head.start()
+    if h0 > 0 and (buf[h0 - 1:h0].isalnum() or buf[h0 - 1] == 95):  # "PARTI0501 ..." is a word, not a level
+        return None
+    md = head.group(1)
+    mon, day = (int(md[:2]), int(md[2:])) if len(md) == 4 else (int(md[:1]), int(md[1:]))
+    hour = int(head.group(2))
+    minute, second, frac = int(m.group(1)), int(m.group(2)), m.group(3)
     if not (1 <= mon <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
         return None
     try:
-        return calendar.timegm((year, mon, day, hour, minute, second, 0, 0, 0)) + micro / 1e6
+        return calendar.timegm((year, mon, day, hour, minute, second, 0, 0, 0)) + int(frac) / 10 ** len(frac)
     except (ValueError, OverflowError):
         return None
 
 
-def last_timestamp(buf: bytes, start: int, end: int, year: int) -> tuple[int, float] | None:
-    """(position, unix time) of the last timestamp in ``buf[start:end]``, or None.
+class YearContext:
+    """Which year a glog line (which prints none) belongs to: the year of the nearest full-date
+    timestamp before it in the same log, else the nearest after it, else ``fallback`` (the
+    file's mtime year, wrong for a copied run: so only when the log has no dated line)."""
 
-    Naive times are read as UTC (a log does not say its zone); glog lines carry no year,
-    so ``year`` (the file's modification year) is assumed.
+    def __init__(self, fallback: int, before: int | None) -> None:
+        self.fallback = fallback
+        self.before = before  # the last full-date year earlier in the file (None: none yet)
+        self.pos: list[int] = []  # full-date timestamps in the text at hand, in order
+        self.years: list[int] = []
+
+    def add(self, pos: int, year: int) -> None:
+        self.pos.append(pos)
+        self.years.append(year)
+
+    def year_at(self, pos: int) -> int:
+        i = bisect.bisect_left(self.pos, pos)
+        if i:
+            return self.years[i - 1]
+        if self.before is not None:
+            return self.before
+        return self.years[0] if self.years else self.fallback
+
+
+def glog_times(buf: bytes, matches: Iterable[re.Match[bytes]], years: YearContext) -> list[tuple[int, float]]:
+    """(position, time) of the glog matches that are timestamps, with years from ``years``."""
+    out = []
+    for m in matches:
+        t = _glog_at(buf, m, years.year_at(m.start()))
+        if t is not None:
+            out.append((m.start(), t))
+    return out
+
+
+def last_iso_year(buf: bytes, start: int, end: int) -> int | None:
+    """The year of the last full-date timestamp in ``buf[start:end]`` (searched backwards)."""
+    lo, width = end, 4096
+    while lo > start:
+        lo = max(start, end - width)
+        last = None
+        for m in _TS_ISO.finditer(buf, lo, end):
+            if _iso_at(buf, m) is not None:
+                last = iso_year(buf, m)
+        if last is not None:
+            return last
+        width *= 16
+    return None
+
+
+def last_timestamp(buf: bytes, start: int, end: int, year: int,
+                   year_before: int | None = None) -> tuple[int, float, int | None] | None:
+    """(position, unix time, dated year) of the last timestamp in ``buf[start:end]``, or None.
+
+    Naive times are read as UTC (a log does not say its zone); glog lines carry no year:
+    see :class:`YearContext` (``year_before``: the last full-date year before ``start``;
+    ``year``: the file's modification year). ``dated year`` is the year of the last
+    full-date timestamp in the range (None: none), which dates the glog lines after it.
     """
     if end <= start:
         return None
@@ -158,31 +224,44 @@ def last_timestamp(buf: bytes, start: int, end: int, year: int) -> tuple[int, fl
     while lo > start:
         lo = max(start, end - width)
         best: tuple[int, float] | None = None
+        years = YearContext(year, year_before)
         for m in _TS_ISO.finditer(buf, lo, end):
             t = _iso_at(buf, m)
             if t is not None:
                 best = (m.start(), t)
-        for m in _TS_GLOG.finditer(buf, lo, end):
-            t = _glog_at(buf, m, year)
-            if t is not None and (best is None or m.start() > best[0]):
-                best = (m.start(), t)
+                years.add(m.start(), iso_year(buf, m))
+        earlier = None
+        glogs = list(_TS_GLOG.finditer(buf, lo, end))
+        if glogs and lo > start and (not years.pos or glogs[0].start() < years.pos[0]):
+            # a glog line before the window's first dated line: the nearest dated line before it
+            earlier = last_iso_year(buf, start, lo)
+            if earlier is not None:
+                years.before = earlier
+        for pos, t in glog_times(buf, glogs, years):
+            if best is None or pos > best[0]:
+                best = (pos, t)
         if best is not None:
-            return best
+            return best[0], best[1], years.years[-1] if years.years else earlier
         width *= 16
     return None
 
 
-def first_timestamp(buf: bytes, year: int, limit: int = 1 << 20) -> float | None:
+def first_timestamp(buf: bytes, year: int, limit: int = 1 << 20, year_before: int | None = None) -> float | None:
     """The first timestamp in the first ``limit`` bytes of ``buf``."""
     best: tuple[int, float] | None = None
+    years = YearContext(year, year_before)
     for m in _TS_ISO.finditer(buf, 0, limit):
         t = _iso_at(buf, m)
         if t is not None:
             best = (m.start(), t)
+            years.add(m.start(), iso_year(buf, m))
             break
+    if years.before is None and not years.pos:
+        after = next((iso_year(buf, m) for m in _TS_ISO.finditer(buf, limit) if _iso_at(buf, m) is not None), None)
+        if after is not None:
+            years.add(len(buf), after)
     for m in _TS_GLOG.finditer(buf, 0, best[0] if best else limit):
-        t = _glog_at(buf, m, year)
+        t = _glog_at(buf, m, years.year_at(m.start()))
         if t is not None:
-            best = (m.start(), t)
-            break
+            return t
     return best[1] if best else None

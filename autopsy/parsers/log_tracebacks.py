@@ -1,8 +1,8 @@
-"""Python tracebacks and torchrun ``ChildFailedError`` reports, as per-line state machines.
+"""Python tracebacks, as a per-line state machine (torchrun's reports: :mod:`log_child_failures`).
 
-The scanner feeds these only the lines around a trigger (``Traceback (most recent call
-last):``, ``Failures:``, ``Root Cause``) and keeps feeding every line while one is open, so
-the rest of a multi-GB log never pays for them.
+The scanner feeds it only the lines around a trigger (``Traceback (most recent call
+last):``, chain markers) and keeps feeding every line while one is open, so the rest of a
+multi-GB log never pays for it.
 
 Tracebacks are tracked per rank (the prefix each line carried), because torchrun prefixes
 every line with ``[rankN]:`` and the tracebacks of several ranks interleave line by line.
@@ -29,11 +29,10 @@ Other shapes of the same thing:
 from __future__ import annotations
 
 import re
-import signal
 from collections import deque
 from dataclasses import dataclass, field
 
-from autopsy.parsers.types import ChildFailure, Frame, Traceback
+from autopsy.parsers.types import Frame, Traceback
 
 MAX_FRAMES_HEAD = 8  # outermost frames kept
 MAX_FRAMES_TAIL = 56  # innermost frames kept (where the error is)
@@ -325,126 +324,3 @@ class TracebackTracker:
         for st in list(self.open.values()):
             self._finish(st, st.last_line, cut_off=st.exc_type is None)
         self.recent.clear()
-
-
-# ------------------------------------------------------------------ ChildFailedError
-
-# torch >= 1.10: "Failures:" / "Root Cause (first observed failure):" with "[N]:" rows of
-# "  time      : 2024-05-01_12:00:00" ... ; torch 1.9: "Root Cause:" / "Other Failures:" with
-# "  time: ..." rows and "msg: ..." instead of "traceback : ...".
-_SECTION = re.compile(r"\s*(Failures|Other Failures|Root Cause(?: \(first observed failure\))?)\s*:\s*$")
-_ROW = re.compile(r"\s*\[(\d+)\]\s*:\s*$")
-_FIELD = re.compile(r"(\s*)(time|host|rank|local_rank|exitcode|error_file|traceback|msg)\s*:\s?(.*)$")
-_RANK = re.compile(r"(-?\d+)(?:\s*\(local_rank:\s*(-?\d+)\))?")
-_EXIT = re.compile(r"(-?\d+)(?:\s*\(pid:\s*(\d+)\))?")
-_SIGNAL = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID (\d+)")
-MAX_CHILD_FAILURES = 512
-
-
-def _signal_name(code: int) -> str | None:
-    try:
-        return signal.Signals(code).name
-    except (ValueError, OverflowError):
-        return None
-
-
-class ChildFailureTracker:
-    """Parses the failure rows of torchrun's ``ChildFailedError`` report (old and new layout)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.results: list[ChildFailure] = []
-        self.section: str | None = None
-        self.row: dict[str, str] | None = None
-        self.row_line = 0
-        self.field_indent = 0
-        self.last_field: str | None = None
-
-    @property
-    def active(self) -> bool:
-        return self.section is not None
-
-    def _flush(self) -> None:
-        row, self.row = self.row, None
-        if row is None or len(self.results) >= MAX_CHILD_FAILURES:
-            return
-        rank = local_rank = exitcode = pid = None
-        sig: str | None = None
-        m = _RANK.match(row.get("rank", "").strip())
-        if m:
-            rank = int(m.group(1))
-            local_rank = int(m.group(2)) if m.group(2) else None
-        if "local_rank" in row and local_rank is None:
-            lm = _RANK.match(row["local_rank"].strip())
-            local_rank = int(lm.group(1)) if lm else None
-        m = _EXIT.match(row.get("exitcode", "").strip())
-        if m:
-            exitcode = int(m.group(1))
-            pid = int(m.group(2)) if m.group(2) else None
-        tb_text = row.get("traceback") or row.get("msg")
-        if tb_text:
-            tb_text = tb_text.strip().strip('"')
-            sm = _SIGNAL.search(tb_text)
-            if sm:
-                sig = sm.group(2)
-                pid = pid if pid is not None else int(sm.group(3))
-        if sig is None and exitcode is not None and exitcode < 0:
-            sig = _signal_name(-exitcode)
-        error_file = (row.get("error_file") or "").strip() or None
-        if error_file in ("<N/A>", "N/A"):
-            error_file = None
-        host = (row.get("host") or "").strip() or None
-        when = (row.get("time") or "").strip() or None
-        failure = ChildFailure(path=self.path, line=self.row_line, rank=rank, local_rank=local_rank,
-                               exitcode=exitcode, signal=sig, host=host, pid=pid, error_file=error_file,
-                               traceback=tb_text or None, time=when,
-                               root_cause=self.section is not None and self.section.startswith("Root"))
-        self.results.append(failure)
-
-    def feed(self, lineno: int, text: str) -> None:
-        sm = _SECTION.match(text)
-        if sm:
-            self._flush()
-            self.section = sm.group(1)
-            return
-        if self.section is None:
-            return
-        stripped = text.strip()
-        rm = _ROW.match(text)
-        if rm:
-            self._flush()
-            self.row = {}
-            self.row_line = lineno
-            self.last_field = None
-            return
-        if stripped.startswith(("===", "***")):
-            self._flush()
-            self.section = None
-            return
-        if stripped.startswith("---") or stripped.startswith("<NO_OTHER_FAILURES>") or not stripped:
-            if stripped.startswith("---"):
-                self._flush()
-            return
-        if self.row is None:
-            self.section = None  # not a ChildFailedError report after all
-            return
-        fm = _FIELD.match(text)
-        if fm and (self.last_field is None or len(fm.group(1)) <= self.field_indent):
-            self.field_indent = len(fm.group(1))
-            self.last_field = fm.group(2)
-            self.row[self.last_field] = fm.group(3)
-            return
-        indent = len(text) - len(text.lstrip())
-        if self.last_field is not None and (
-                indent > self.field_indent or (self.last_field == "traceback" and indent > 0)):
-            # the child's traceback, printed under "traceback :" one line at a time
-            val = self.row.get(self.last_field, "")
-            if len(val) < MAX_MESSAGE_CHARS:
-                self.row[self.last_field] = val + "\n" + text.rstrip()
-            return
-        self._flush()
-        self.section = None
-
-    def close(self) -> None:
-        self._flush()
-        self.section = None

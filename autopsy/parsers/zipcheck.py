@@ -10,29 +10,52 @@ constant time. Older files are a bare pickle stream: listed, never loaded.
 from __future__ import annotations
 
 import os
+import re
 import zipfile
 
 from autopsy.parsers.types import FileCheck
 
 PICKLE_NOTE = "legacy pickle format (not a zip archive), not inspected: autopsy never unpickles"
+# torch.save before 1.6 (or with _use_new_zipfile_serialization=False) pickles with protocol 2
+# ("\x80\x02"); pickle_protocol up to 5 is allowed. Protocol 0/1 streams start with torch's
+# MAGIC_NUMBER written as a text long; torch < 0.4 wrote a tar archive.
+_PICKLE_P01 = b"L119547037146038801333356"
+JUNK = "neither a zip archive nor a pickle"
+# ".bin" is also raw data (nanoGPT's train.bin, llama.cpp files): only these names are torch files
+_TORCH_BIN = re.compile(r"^(?:pytorch_model|adapter_model|optimizer|scheduler|training_args|model[-_.]"
+                        r"|mp_rank_|zero_pp_rank_|bf16_zero_pp_rank_)")
 
 
 def check_torch_file(path: str, fs_path: str, fd: int, size: int) -> FileCheck:
     """Check a torch-style archive; ``fd`` is open on ``fs_path`` (``path`` is for the record)."""
     if size == 0:
         return FileCheck(path, size, "zip", False, "empty file (0 bytes)")
-    head = os.pread(fd, 4, 0)
+    lead = os.pread(fd, 512, 0)
+    head = lead[:4]
     if head[:1] == b"\x80" and len(head) >= 2 and 2 <= head[1] <= 5:
         return FileCheck(path, size, "pickle", True, note=PICKLE_NOTE)
+    if lead.startswith(_PICKLE_P01):
+        return FileCheck(path, size, "pickle", True, note=PICKLE_NOTE)
+    if lead[257:262] == b"ustar":
+        return FileCheck(path, size, "other", True, note="legacy tar format (torch < 0.4), not inspected")
     if head != b"PK\x03\x04":
         if len(head) < 4 and b"PK\x03\x04".startswith(head):  # cut within the first local header
             return FileCheck(path, size, "zip", False, f"only {size} bytes of a zip archive: the file was cut short")
+        if head == b"\x80":
+            return FileCheck(path, size, "pickle", False, "only 1 byte of a pickle: the file was cut short")
         if head == b"\0\0\0\0" and not os.pread(fd, 4096, max(0, size - 4096)).strip(b"\0"):
             # space allocated (fallocate, a copy that died) but never written
             return FileCheck(path, size, "other", False, "zero bytes at its start and end: never written")
         if head[:4] == b"PK\x05\x06":  # an empty zip: only the end record
             return FileCheck(path, size, "zip", False, "zip archive with no members")
-        return FileCheck(path, size, "other", True, note="neither a zip archive nor a pickle; not inspected")
+        name = path.rsplit("/", 1)[-1].lower()
+        if name.endswith(".bin") and not _TORCH_BIN.match(name):
+            return FileCheck(path, size, "other", True, note=f"{JUNK}; not inspected")
+        # torch.save has written zip archives since 1.6 and pickles before: anything else is
+        # overwritten, mis-copied or random bytes, and cannot be loaded. "unreadable" leads so
+        # the artifact list reports it as such (Run maps problem text to a status).
+        return FileCheck(path, size, "other", False,
+                         f"unreadable as a torch file: {JUNK} (starts with {head.hex(' ')})")
     try:
         with open(fs_path, "rb") as fh, zipfile.ZipFile(fh) as zf:
             infos = zf.infolist()

@@ -162,8 +162,17 @@ def resume_step(report: Report) -> str | None:
     if hint:
         return f"Resume with {md_code(hint)}."
     if report.run.latest_valid_checkpoint:
-        return f"Resume from {md_code(report.run.latest_valid_checkpoint)}."
+        step = f" (step {report.run.latest_valid_step:,})" if report.run.latest_valid_step is not None else ""
+        return (f"Resume: load {md_code(report.run.latest_valid_checkpoint)}{step} with your training script's "
+                "resume option (no resume flag was found in its launch command, args or config).")
     return None
+
+
+def resume_words(report: Report) -> str:
+    """Plain-text resume advice when the run names no resume option (never an invented flag)."""
+    run = report.run
+    step = f" (step {run.latest_valid_step:,})" if run.latest_valid_step is not None else ""
+    return f"load {run.latest_valid_checkpoint}{step} with your training script's resume option"
 
 
 def _keep(*steps: str | None) -> list[str]:

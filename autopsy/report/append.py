@@ -2,8 +2,9 @@
 
 The new file is written beside the log and renamed over it (``os.replace``), so a crash
 or a full disk never leaves a half-written log; the earlier bytes are copied unchanged.
-An entry whose fingerprint already appears in the log (the ``autopsy fingerprint`` line
-of Related Guidelines) is not appended again. Concurrent appenders are serialised with
+An entry is appended once per (fingerprint, run): the ``autopsy fingerprint`` line of
+Related Guidelines names both (``autopsy.report.markdown.run_identity``), so the same run's
+failure is never written twice while another run's failure of the same kind is. Concurrent appenders are serialised with
 an advisory ``flock`` on the log's directory where the platform has ``fcntl``; no lock
 file is created.
 """
@@ -21,6 +22,10 @@ from pathlib import Path
 from autopsy.report.markdown import FINGERPRINT_LABEL
 
 _FINGERPRINT = re.compile(re.escape(FINGERPRINT_LABEL) + r":\s*`+\s*([a-z0-9_.]+:[0-9a-f]{12})")
+# The same line with the run it is about: ``(run `exp42@2026-11-21T12:32:38Z`, path ...)``; entries
+# written before run identities existed say ``(run `runs/exp42`)`` (the path as typed).
+_ENTRY = re.compile(re.escape(FINGERPRINT_LABEL) + r":\s*`+\s*([a-z0-9_.]+:[0-9a-f]{12})\s*`+"
+                    r"(?:\s*\(run\s+(`+)\s*(.*?)\s*\2)?")
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,38 @@ class AppendResult:
 
 def fingerprints_in(text: str) -> set[str]:
     return set(_FINGERPRINT.findall(text))
+
+
+def entry_keys_in(text: str) -> set[tuple[str, str | None]]:
+    """(fingerprint, run) of every entry in a log; run None where the entry names none."""
+    return {(m.group(1), _run_key(m.group(3))) for m in _ENTRY.finditer(text)}
+
+
+def _run_key(run: str | None) -> str | None:
+    """``name@time`` as written; an old entry's path as typed becomes its last component."""
+    if not run:
+        return None
+    if "@" in run:
+        return run
+    return run.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1] or run
+
+
+def _known(key: tuple[str, str | None], known: set[tuple[str, str | None]]) -> bool:
+    """Whether the log already holds this failure of this run.
+
+    Same fingerprint and same run; an entry that names no run (or only a directory name,
+    written before run identities carried a time) matches any run of that name, so
+    upgrading autopsy never appends a failure a second time.
+    """
+    fp, run = key
+    for kfp, krun in known:
+        if kfp != fp:
+            continue
+        if run is None or krun is None or krun == run:
+            return True
+        if "@" not in krun and run.split("@", 1)[0] == krun:
+            return True
+    return False
 
 
 @contextlib.contextmanager
@@ -72,19 +109,24 @@ def _separator(existing: bytes) -> bytes:
 
 
 def append_entries(log_path: str | os.PathLike[str], entries: Sequence[tuple[str, str]]) -> AppendResult:
-    """Append (fingerprint, markdown) entries not yet in the log; create the log if missing."""
+    """Append (fingerprint, markdown) entries whose (fingerprint, run) is not yet in the log.
+
+    The run is read from the entry's own fingerprint line; creates the log if missing.
+    """
     path = Path(log_path)
     with _locked(path):
         existing = path.read_bytes() if path.exists() else b""
-        known = fingerprints_in(existing.decode("utf-8", "replace"))
+        known = entry_keys_in(existing.decode("utf-8", "replace"))
         added: list[str] = []
         skipped: list[str] = []
         chunks: list[str] = []
         for fp, text in entries:
-            if fp in known:
+            runs = [run for efp, run in entry_keys_in(text) if efp == fp]
+            key = (fp, runs[0] if runs else None)
+            if _known(key, known):
                 skipped.append(fp)
                 continue
-            known.add(fp)
+            known.add(key)
             added.append(fp)
             chunks.append(text.rstrip("\n") + "\n")
         if not chunks:

@@ -118,6 +118,16 @@ class Chart:
 # ----------------------------------------------------------------------- downsampling
 
 
+def sorted_points(steps: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, values) as float64, points without a finite step dropped, sorted by step (stable)."""
+    steps = np.asarray(steps, dtype="float64")
+    values = np.asarray(values, dtype="float64")
+    ok = np.isfinite(steps)
+    steps, values = steps[ok], values[ok]
+    order = np.argsort(steps, kind="stable")
+    return steps[order], values[order]
+
+
 def minmax_indices(steps: np.ndarray, values: np.ndarray, buckets: int = DISPLAY_BUCKETS) -> np.ndarray:
     """Indices to keep so that every x-bucket keeps its first, last, min and max point.
 
@@ -145,12 +155,7 @@ def minmax_indices(steps: np.ndarray, values: np.ndarray, buckets: int = DISPLAY
 
 def make_line(label: str, steps: np.ndarray, values: np.ndarray, *, buckets: int = DISPLAY_BUCKETS) -> Line:
     """A display line from raw points (any order, NaN/inf allowed, NaN steps dropped)."""
-    steps = np.asarray(steps, dtype="float64")
-    values = np.asarray(values, dtype="float64")
-    ok_step = np.isfinite(steps)
-    steps, values = steps[ok_step], values[ok_step]
-    order = np.argsort(steps, kind="stable")
-    steps, values = steps[order], values[order]
+    steps, values = sorted_points(steps, values)
     finite = np.isfinite(values)
     bad_idx = np.flatnonzero(~finite)
     nonfinite = [(float(steps[i]), _nonfinite_name(values[i])) for i in bad_idx[:MAX_NONFINITE_MARKS]]

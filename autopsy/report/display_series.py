@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autopsy.report.charts import SOURCE_ORDER, minmax_indices
+from autopsy.report.charts import SOURCE_ORDER, minmax_indices, sorted_points
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -39,12 +39,7 @@ SIGNIFICANT_DIGITS = 7
 
 def downsample(steps: np.ndarray, values: np.ndarray, max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
     """(steps, values) sorted by step, at most ``max_points`` finite points plus non-finite run edges."""
-    steps = np.asarray(steps, dtype="float64")
-    values = np.asarray(values, dtype="float64")
-    ok = np.isfinite(steps)
-    steps, values = steps[ok], values[ok]
-    order = np.argsort(steps, kind="stable")
-    steps, values = steps[order], values[order]
+    steps, values = sorted_points(steps, values)
     finite = np.isfinite(values)
     fin_idx = np.flatnonzero(finite)
     keep_fin = fin_idx[minmax_indices(steps[fin_idx], values[fin_idx], max(1, max_points // 4))]

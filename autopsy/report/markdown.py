@@ -12,8 +12,12 @@ goes through :mod:`autopsy.report.sanitize` (no raw HTML, fences longer than any
 
 from __future__ import annotations
 
+import datetime as _dt
 import functools
+import math
+import re
 from collections.abc import Mapping
+from pathlib import Path, PurePath
 from typing import Any
 
 from autopsy.model import Finding, Report, Severity
@@ -255,8 +259,43 @@ def _guidelines(report: Report, cause: Finding, docs: Mapping[str, Any]) -> list
             lines.append(f"- <{ref}>")
         elif ref:
             lines.append(f"- {md_text(ref)}")
-    lines.append(f"- {FINGERPRINT_LABEL}: {md_code(cause.fingerprint)} (run {md_code(report.run.path)})")
+    lines.append(f"- {FINGERPRINT_LABEL}: {md_code(cause.fingerprint)} (run `{run_identity(report)}`, "
+                 f"path {md_code(report.run.path)})")
     return lines
+
+
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def run_identity(report: Report) -> str:
+    """``<run dir name>@<failure time>``: the run an entry is about, the same from any cwd or copy.
+
+    ``--append`` writes a failure once per (fingerprint, run): the fingerprint says which
+    failure, this says which run. The directory's own name (not the path as typed, which
+    differs by cwd and machine), and the failure's time from the artifacts (not a file
+    mtime, which a copy rewrites); the last step when no time is known.
+    """
+    raw = report.run.path.rstrip("/\\") or report.run.path
+    name = PurePath(raw).name
+    if name in ("", ".", ".."):
+        try:
+            name = Path(raw or ".").resolve().name
+        except OSError:
+            name = ""
+    name = _UNSAFE_NAME.sub("_", name).strip("_") or "run"
+    run = report.run
+    ts = run.failure_time if not (run.failure_time_source or "").endswith("last written") else None
+    if ts is None or not math.isfinite(ts):
+        ts = run.ended if run.ended is not None and math.isfinite(run.ended) else None
+    if ts is not None:
+        try:
+            stamp = _dt.datetime.fromtimestamp(ts, tz=_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            return f"{name}@{stamp}"
+        except (OverflowError, OSError, ValueError):
+            pass
+    if run.last_step is not None:
+        return f"{name}@step-{run.last_step}"
+    return name
 
 
 def entry_date(report: Report, cause: Finding) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from autopsy.model import Evidence, Finding, Report, Severity
-from autopsy.report.advice import resume_advised
+from autopsy.report.advice import resume_advised, resume_words
 from autopsy.report.common import (
     fmt_facts,
     fmt_int,
@@ -150,6 +150,8 @@ def _recovery_lines(report: Report) -> list[str]:
         out += _restart_point(report, top)
     elif run.resume_hint:
         out.append(f"  resume: {strip_terminal(run.resume_hint, one_line=True)}")
+    elif run.latest_valid_checkpoint:
+        out.append(f"  resume: {strip_terminal(resume_words(report), one_line=True)}")
     return out
 
 

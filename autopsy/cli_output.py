@@ -1,0 +1,224 @@
+"""What every ``autopsy`` command shares: exit codes, output options, rendering, the exit.
+
+A command parses its own inputs, then hands the reports to :func:`finish`, which renders
+them in the chosen format, writes them (stdout or ``-o``), produces the side outputs
+(GitHub annotations and step summary, ``--append`` to an ISSUES log) and exits with the
+code :data:`EXIT_CODES_HELP` documents. :class:`CliFail` (raised by :func:`die`) is an
+input error that :func:`guarded` turns into one line on stderr and its exit code.
+Like :mod:`autopsy.cli`, only click and the standard library at module level.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import click
+
+from autopsy.cli_support import MACHINE_FORMATS
+
+if TYPE_CHECKING:
+    from autopsy.model import Report
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+
+FORMATS = ("text", "md", "json", "jsonl", "sarif", "junit", "html")
+FAIL_ON = ("none", "info", "warning", "error", "critical")
+
+EXIT_CODES_HELP = """\b
+Exit codes:
+  0  analysis ran; no finding at or above --fail-on (default: never fail on findings)
+  1  a finding at or above --fail-on exists (e.g. --fail-on error)
+  2  usage or input error: bad option, missing or non-directory RUN_DIR (the other
+     runs are still analysed and reported), unreadable or malformed saved report,
+     unknown --select/--ignore rule, a --rules card refused or misnamed
+  3  internal error: autopsy itself crashed on a run (the other runs are still reported)
+  When several apply, the highest code wins (3 over 2 over 1): a run that was not
+  analysed must not pass for a clean one, nor hide behind a finding.
+"""
+
+
+class CliFail(Exception):
+    """An input error: its message goes to stderr, its code is the exit status."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def die(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    raise CliFail(message, code)
+
+
+def use_color(no_color: bool, output: str | None) -> bool:
+    if no_color or output or "NO_COLOR" in os.environ:
+        return False
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+
+def exit_code(reports: Sequence[Report], fail_on: str, worst_error: int) -> int:
+    if worst_error:
+        return worst_error
+    if fail_on != "none":
+        from autopsy.model import Severity
+
+        threshold = Severity.parse(fail_on)
+        if any(f.severity >= threshold for r in reports for f in r.findings):
+            return EXIT_FINDINGS
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------- rendering
+
+
+def render(reports: Sequence[Report], fmt: str, *, color: bool, quiet: bool, catalog: Any = None,
+           runs: Sequence[Any] | None = None) -> str:
+    """The reports in one output format (one document for all runs)."""
+    if fmt == "text":
+        from autopsy.report.terminal import render_table, render_terminal, render_verdict
+
+        if quiet:
+            return "".join(render_verdict(r, color=color) + "\n" for r in reports)
+        if len(reports) == 1:
+            return render_terminal(reports[0], color=color)
+        return render_table(reports, color=color)
+    if fmt == "md":
+        from autopsy.report.markdown import render_markdown_many
+
+        return render_markdown_many(list(reports), catalog)
+    if fmt == "json":
+        import json
+
+        from autopsy.report.json_report import report_to_dict, report_to_json
+
+        if len(reports) == 1:
+            return report_to_json(reports[0]) + "\n"
+        return json.dumps([report_to_dict(r) for r in reports], indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    if fmt == "jsonl":
+        from autopsy.report.json_report import reports_to_jsonl
+
+        return reports_to_jsonl(reports)
+    if fmt == "sarif":
+        from autopsy.report.sarif import render_sarif
+
+        return render_sarif(reports, catalog)
+    if fmt == "junit":
+        from autopsy.report.junit import render_junit
+
+        return render_junit(reports)
+    if fmt == "html":
+        if len(reports) != 1:
+            die("--format html renders one run at a time; use json/jsonl/md for many")
+        from autopsy.report.html import render_html
+
+        return render_html(reports[0], runs[0] if runs else None)
+    die(f"unknown format {fmt!r}")  # pragma: no cover - click restricts the choices
+
+
+def emit(text: str, output: str | None, color: bool) -> None:
+    if output and output != "-":
+        from pathlib import Path
+
+        try:
+            Path(output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            die(f"cannot write {output}: {exc.strerror or exc}")
+        return
+    click.echo(text, nl=False, color=color)
+
+
+def side_outputs(reports: Sequence[Report], *, fmt: str, output: str | None, github: bool, append: str | None,
+                 quiet: bool, catalog: Any) -> None:
+    """Side outputs: GitHub annotations and step summary, ISSUES-log append."""
+    summary_path = os.environ.get("GITHUB_STEP_SUMMARY") or None
+    if github or summary_path:
+        from autopsy.report.github import annotation_lines, write_step_summary
+        from autopsy.report.markdown import render_markdown_many
+        from autopsy.report.terminal import render_verdict
+
+        # Annotations go to stdout, where Actions reads workflow commands, unless stdout
+        # carries a machine-readable document; then stderr (Actions reads both).
+        to_stderr = fmt in MACHINE_FORMATS and not (output and output != "-")
+        for line in annotation_lines(reports):
+            click.echo(line, err=to_stderr)
+        if summary_path:
+            verdicts = "\n".join(f"- {render_verdict(r)}" for r in reports)
+            try:
+                write_step_summary(summary_path, "## autopsy\n\n" + verdicts + "\n\n"
+                                   + render_markdown_many(list(reports), catalog))
+            except OSError as exc:
+                click.echo(f"autopsy: cannot write the step summary {summary_path}: {exc}", err=True)
+    if append:
+        from autopsy.report.append import append_entries
+        from autopsy.report.markdown import render_entries
+
+        entries = [e for r in reports for e in render_entries(r, catalog)]
+        try:
+            result = append_entries(append, entries)
+        except OSError as exc:
+            die(f"cannot append to {append}: {exc.strerror or exc}")
+        if not quiet:
+            click.echo(f"autopsy: {append_message(len(result.added), len(result.skipped), append)}", err=True)
+
+
+def append_message(added: int, skipped: int, log: str) -> str:
+    """What ``--append`` did, in words (stderr)."""
+    if added == 0:
+        if skipped:
+            return f"nothing new to append to {log} (fingerprint already present)"
+        return f"nothing to append to {log} (no failure found)"
+    text = f"{added} {'entry' if added == 1 else 'entries'} appended to {log}"
+    return text + (f"; {skipped} already present" if skipped else "")
+
+
+def finish(reports: Sequence[Report], *, fmt: str, output: str | None, no_color: bool, quiet: bool,
+           github: bool, append: str | None, fail_on: str, catalog: Any, worst_error: int,
+           runs: Sequence[Any] | None = None) -> NoReturn:
+    color = fmt == "text" and use_color(no_color, output)
+    if reports:
+        emit(render(reports, fmt, color=color, quiet=quiet, catalog=catalog, runs=runs), output, color)
+        side_outputs(reports, fmt=fmt, output=output, github=github, append=append, quiet=quiet, catalog=catalog)
+    raise SystemExit(exit_code(reports, fail_on, worst_error))
+
+
+
+
+# ---------------------------------------------------------------------------- options
+
+format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
+                              help="Output format. json: one object (an array for many runs); jsonl: one per line.")
+output_option = click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
+                              help="Write the report to FILE instead of stdout.")
+fail_on_option = click.option("--fail-on", type=click.Choice(FAIL_ON, case_sensitive=False), default="none",
+                               show_default=True, help="Exit 1 when a finding at or above this severity exists.")
+quiet_option = click.option("-q", "--quiet", is_flag=True, help="Text: only the one-line verdict per run.")
+github_option = click.option("--github", is_flag=True,
+                              help="Emit GitHub Actions annotations (automatic step summary when "
+                                   "GITHUB_STEP_SUMMARY is set).")
+append_option = click.option("--append", type=click.Path(dir_okay=False), default=None, metavar="ISSUES.md",
+                              help="Append ISSUES-log entries to this file (atomic; the same failure only once).")
+no_color_option = click.option("--no-color", is_flag=True, help="No ANSI colour (also: NO_COLOR set, not a TTY).")
+
+
+def guarded(fn: Any) -> Any:
+    """Turn CliFail into a message on stderr and its exit code (click's own usage errors exit 2 too)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except CliFail as exc:
+            click.echo(f"autopsy: error: {exc}", err=True)
+            raise SystemExit(exc.code) from None
+
+    return wrapper
