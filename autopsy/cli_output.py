@@ -174,7 +174,7 @@ def append_message(added: int, skipped: int, log: str) -> str:
     """What ``--append`` did, in words (stderr)."""
     if added == 0:
         if skipped:
-            return f"nothing new to append to {log} (fingerprint already present)"
+            return f"nothing new to append to {log} (this run's failure is already in the log)"
         return f"nothing to append to {log} (no failure found)"
     text = f"{added} {'entry' if added == 1 else 'entries'} appended to {log}"
     return text + (f"; {skipped} already present" if skipped else "")
@@ -185,7 +185,10 @@ def finish(reports: Sequence[Report], *, fmt: str, output: str | None, no_color:
            runs: Sequence[Any] | None = None) -> NoReturn:
     color = fmt == "text" and use_color(no_color, output)
     if reports:
-        emit(render(reports, fmt, color=color, quiet=quiet, catalog=catalog, runs=runs), output, color)
+        # `--format md --append LOG` without -o: the entries went into LOG; printing them
+        # again would only be pasted twice. The one-line append message says what happened.
+        if not (append and fmt == "md" and not output):
+            emit(render(reports, fmt, color=color, quiet=quiet, catalog=catalog, runs=runs), output, color)
         side_outputs(reports, fmt=fmt, output=output, github=github, append=append, quiet=quiet, catalog=catalog)
     raise SystemExit(exit_code(reports, fail_on, worst_error))
 

@@ -157,9 +157,19 @@ def test_append_via_cli_is_idempotent(saved: Path, tmp_path: Path) -> None:
     invoke("report", str(saved), "--append", str(log))
     once = log.read_text()
     r = invoke("report", str(saved), "--append", str(log))
-    assert f"nothing new to append to {log} (fingerprint already present)" in r.stderr  # type: ignore[attr-defined]
+    assert f"nothing new to append to {log} (this run's failure is already in the log)" in r.stderr  # type: ignore[attr-defined]
     assert log.read_text() == once and once.startswith("# ISSUES\n\n---\n\n## 2025-10-24")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ISSUES.md", "disk.json"]  # no lock file left
+
+
+def test_md_append_does_not_print_the_entries_again(saved: Path, tmp_path: Path) -> None:
+    log = tmp_path / "ISSUES.md"
+    r = invoke("report", str(saved), "--format", "md", "--append", str(log))
+    assert r.exit_code == 0 and r.stdout == ""  # type: ignore[attr-defined]
+    assert "1 entry appended" in r.stderr  # type: ignore[attr-defined]
+    assert "## 2025-10-24" in log.read_text()
+    r = invoke("report", str(saved), "--format", "md", "--append", str(log), "-o", str(tmp_path / "copy.md"))
+    assert (tmp_path / "copy.md").read_text().startswith("## 2025-10-24")
 
 
 def test_append_messages_count_entries(saved: Path, many: Path, tmp_path: Path) -> None:
