@@ -166,6 +166,11 @@ class Run:
                             max_bytes=self.options.max_bytes_per_file, rank=art.rank)
             self.record_damage(art.path, scan.status, scan.note)
             scans.append(scan)
+        if any(scan.steps_inferred for scan in scans):  # HF dicts without a bar: ordinals, not steps
+            from autopsy.step_align import align_log_steps, logging_steps_of
+
+            entries = [*self._file_config_entries, *(e for scan in scans for e in scan.config)]
+            align_log_steps(scans, self.trainer_states, logging_steps_of(self.trainer_states, entries))
         return scans
 
     @cached_property
@@ -206,6 +211,14 @@ class Run:
     @cached_property
     def config_entries(self) -> list[ConfigEntry]:
         """Every flattened config value of configs, launch scripts and argument dumps."""
+        entries = list(self._file_config_entries)
+        for scan in self.logs:  # configuration the program printed (source "log")
+            entries.extend(scan.config)
+        return entries
+
+    @cached_property
+    def _file_config_entries(self) -> list[ConfigEntry]:
+        """Config values of files (not logs): the log scan may need them to align its steps."""
         from autopsy.parsers.configs import read_config
 
         entries: list[ConfigEntry] = []
@@ -216,8 +229,6 @@ class Run:
             parsed = read_config(self.fs_path(art.path), art.path, art.kind, art.detail)
             self.record_damage(art.path, parsed.status, parsed.note)
             entries.extend(parsed.value or ())
-        for scan in self.logs:  # configuration the program printed (source "log")
-            entries.extend(scan.config)
         return entries
 
     def config_value(self, key: str, default: Any = None) -> ConfigEntry | None:
@@ -312,11 +323,13 @@ class Run:
 
         Without ``source``, picks the source with the most points (tensorboard, then
         trainer_state, then log on ties) so rules never mix two copies of one series.
-        Sorted by step, duplicates of a step keep the last written.
+        Sorted by step, duplicates of a step keep the last written. A log whose steps are
+        only dict ordinals (``LogScan.steps_inferred``) is used only when nothing else has the metric.
         """
         from autopsy.run_frames import best_series
 
-        return best_series(self.scalars, metric, source=source, rank=rank)
+        inferred = frozenset(scan.path for scan in self.logs if scan.steps_inferred)
+        return best_series(self.scalars, metric, source=source, rank=rank, inferred_paths=inferred)
 
     @cached_property
     def artifacts(self) -> pd.DataFrame:

@@ -60,14 +60,22 @@ def scalars_frame(tfevents: Sequence[tuple[str, pd.DataFrame]], trainer_state: T
 
 
 def best_series(scalars: pd.DataFrame, metric: str, *, source: str | None = None,
-                rank: int | None = None) -> pd.DataFrame:
-    """The rows of ``scalars`` for one canonical metric from the best single source (see ``Run.series``)."""
+                rank: int | None = None, inferred_paths: frozenset[str] = frozenset()) -> pd.DataFrame:
+    """The rows of ``scalars`` for one canonical metric from the best single source (see ``Run.series``).
+
+    ``inferred_paths``: logs whose steps are dict ordinals (``LogScan.steps_inferred``); without
+    ``source``, their rows count only when no other source has the metric.
+    """
     df = scalars
     sel = df[df["metric"] == metric]
     if rank is not None:
         sel = sel[sel["rank"] == rank]
     if sel.empty:
         return sel
+    if source is None and inferred_paths:
+        real = sel[~sel["path"].isin(inferred_paths)]
+        if not real.empty:
+            sel = real
     if source is None:
         order = {"tensorboard": 0, "trainer_state": 1, "log": 2}
         counts = sel.groupby("source", observed=True).size()

@@ -94,6 +94,7 @@ class LogScanner(BlockContext):
         self.max_total = 0
         self.max_steps_seen: int | None = None
         self.dict_count = 0
+        self.counted = False  # some step was a dict ordinal (LogScan.steps_inferred)
         self.last_rate_step: int | None = None
         self.first_wall: float | None = None
         self.last_wall: float | None = None
@@ -313,6 +314,7 @@ class LogScanner(BlockContext):
             self.dict_count += 1
         if self.step_pos < 0:  # as in _dict_line: no bar or step line yet
             step = None if self.after_gap else self.dict_count
+            self.counted = self.counted or step is not None
             if tpl.is_train:
                 self.cur_step = step
         self.series.add_ids(tids, m.groups(), step, lineno, self._wall_at(e), None)
@@ -341,6 +343,7 @@ class LogScanner(BlockContext):
         elif self.step_pos < 0:  # no bar or step line yet: HF does not print the step
             # after a skipped middle the count of dicts is no step any more
             step = None if self.after_gap else self.dict_count
+            self.counted = self.counted or step is not None
             if is_train:
                 self.cur_step = step
         self.series.add_line(keys, values, step, lineno, self._wall_at(e), rank)
@@ -388,6 +391,9 @@ class LogScanner(BlockContext):
         scan.last_wall_time = self.last_wall
         scan.last_step = self.cur_step
         scan.max_steps_seen = self.max_steps_seen
+        # no real step ever seen: every step given was a dict ordinal. (Ordinals before a later
+        # bar or step line stay as they are: rare, and the real steps after them are right.)
+        scan.steps_inferred = self.counted and self.step_pos < 0
         scan.ranks_seen = tuple(sorted(self.ranks))
         if scan.rank is None and len(self.ranks) == 1:
             scan.rank = next(iter(self.ranks))

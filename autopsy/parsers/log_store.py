@@ -212,6 +212,11 @@ class SeriesStore(Sequence[SeriesPoint]):
         self.l_rec.extend(other.l_rec)
         self.records += other.records
 
+    def map_steps(self, scale: int, offset: int) -> None:
+        """Every known step ``k`` becomes ``k * scale + offset`` (dict ordinals aligned to real steps)."""
+        self._expanded = None
+        self.l_step = array("q", [s if s == _NO_STEP else _bounded(s * scale + offset) for s in self.l_step])
+
     # ------------------------------------------------------------------ reading
 
     def _expand(self) -> dict[str, array[Any]]:
@@ -287,3 +292,7 @@ class SeriesStore(Sequence[SeriesPoint]):
             "wall_time": [None if math.isnan(w) else w for w in ex["wall"]],
             "rank": [None if r < 0 else r for r in ex["rank"]],
         }
+
+
+def _bounded(step: int) -> int:
+    return step if -MAX_STEP < step < MAX_STEP else _NO_STEP

@@ -149,6 +149,10 @@ class LogScan:
     config: list[ConfigEntry] = field(default_factory=list)  # configuration the program printed
     # max_bytes read the head and the tail: line numbers from this one on are estimated (~)
     approx_lines_from: int | None = None
+    # HF dict lines with no bar, step line or step key before them: their steps (series, hits,
+    # last_step) are the dicts' ordinals 1, 2, 3..., not training steps; the Run aligns them
+    # to real steps when trainer_state / config allow (autopsy.step_align) and clears this.
+    steps_inferred: bool = False
 
 
 # --------------------------------------------------------------------- trainer_state
