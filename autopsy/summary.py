@@ -179,12 +179,17 @@ def _timed_lines(scan: Any) -> list[tuple[int, float]]:
 def _stale(scan: Any, line: int, t: Any, text: str | None) -> bool:
     """Whether the log time ``t`` given to ``line`` was printed too far before it to date it.
 
-    The parser gives each record the time of the nearest timed line at or before it without
-    saying which line that was; the earliest record carrying the same time bounds it. The
-    log's very first time may be a header printed at the job's start.
-    (A ``Hit.wall_time_line`` from the scanner would make this exact.)
+    Exact where a pattern hit says which line its time was read from (``Hit.wall_time_line``):
+    the hit on ``line`` with that time, else the nearest hit before it dated by the same time.
+    Otherwise (tracebacks and series points do not say) the earliest record carrying the same
+    time bounds it, and the log's very first time may be a header printed at the job's start.
     """
-    if not _finite(t) or (text and _CLOCK_TEXT.search(text)):
+    if not _finite(t):
+        return False
+    source = _time_source_line(scan, line, float(t))
+    if source is not None:
+        return line - source > MAX_TIMESTAMP_LINES
+    if text and _CLOCK_TEXT.search(text):
         return False  # the line carries its own time
     carriers = [ln for ln, w in _timed_lines(scan) if ln <= line and abs(w - float(t)) < 1e-6]
     first_carrier = min(carriers) if carriers else None
@@ -194,6 +199,21 @@ def _stale(scan: Any, line: int, t: Any, text: str | None) -> bool:
     # The log's first time and a line far into it that has no time of its own: the time may be
     # a header's from the job's start, with nothing to say how far before the line it was printed.
     return _finite(first) and abs(float(first) - float(t)) < 1e-6 and line > MAX_TIMESTAMP_LINES
+
+
+def _time_source_line(scan: Any, line: int, t: float) -> int | None:
+    """The line the time ``t`` of ``line`` was read from, where the scanner's hits say so."""
+    best: int | None = None
+    for hits in scan.hits.values():
+        for h in hits.all_kept():
+            src = h.wall_time_line
+            if src is None or src > line or not _finite(h.wall_time) or abs(float(h.wall_time) - t) >= 1e-6:
+                continue
+            if h.lineno == line:
+                return int(src)
+            if best is None or src > best:
+                best = int(src)
+    return best
 
 
 def _timestamp_before(scan: Any, line: int) -> float | None:

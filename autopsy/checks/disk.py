@@ -23,6 +23,7 @@ from autopsy.checks.common import (
     frame_text,
     group,
     hits_of,
+    is_library_frame,
     rank_phrase,
     ranks_of,
     recovered,
@@ -31,7 +32,7 @@ from autopsy.checks.common import (
 )
 from autopsy.engine.types import CheckContext
 from autopsy.model import Confidence, Evidence, Finding
-from autopsy.parsers.types import Hit, Traceback
+from autopsy.parsers.types import Frame, Hit, Traceback
 
 # Frame function -> what was being written. Checked innermost first.
 _SAVERS = (
@@ -54,7 +55,7 @@ _FIRING = ("enospc", "errno_28", "rust_os_error_28", "enospc_name", *sorted(_QUO
            *sorted(_STREAM_WRITER))
 
 
-def _what_from_frames(tb: Traceback | None) -> tuple[str | None, str | None]:
+def _what_from_frames(tb: Traceback | None) -> tuple[str | None, Frame | None]:
     """(what was being saved, the frame that saved it) from a traceback's frames."""
     if tb is None:
         return None, None
@@ -66,7 +67,25 @@ def _what_from_frames(tb: Traceback | None) -> tuple[str | None, str | None]:
     writer = matched[0][0]
     outer = next((what for _, what in matched if what.startswith(("checkpoint (T", "checkpoint (save_c",
                                                                   "training state", "model"))), None)
-    return outer or matched[0][1], frame_text(writer)
+    return outer or matched[0][1], writer
+
+
+def write_frames(tb: Traceback, writer: Frame | None = None) -> tuple[str | None, str | None]:
+    """(the innermost frame of the user's code, the library frame that wrote) for a failed write.
+
+    "Where in your code" is the innermost frame outside installed packages and the standard
+    library; the writing frame (``writer``, else the innermost saver) is kept apart when it is
+    library code (safetensors' ``save_file``, ``torch.save``), None when it is the user's own.
+    """
+    if writer is None:
+        writer = _what_from_frames(tb)[1]
+    project = next((f for f in reversed(tb.frames) if not is_library_frame(f)), None)
+    if writer is not None and not is_library_frame(writer):
+        return frame_text(writer), None
+    library = writer if writer is not None else tb.innermost
+    if library is not None and not is_library_frame(library):
+        library = None
+    return frame_text(project), frame_text(library)
 
 
 def _last_save_announcement(ctx: CheckContext, hit: Hit) -> Hit | None:
@@ -88,7 +107,8 @@ def full(ctx: CheckContext) -> Iterable[Finding]:
     confidence = Confidence.MEDIUM if names <= _STREAM_WRITER else Confidence.HIGH
     path = next((group(h, "path") for h in hits if group(h, "path")), None)
     tb = traceback_at(ctx.run, lead)
-    what, frame = _what_from_frames(tb)
+    what, writer = _what_from_frames(tb)
+    frame, library = write_frames(tb, writer) if tb is not None and writer is not None else (None, None)
     announce = _last_save_announcement(ctx, lead)
     evidence: list[Evidence] = evidence_for([lead, *[h for h in hits if h is not lead]])
     if path:
@@ -97,10 +117,13 @@ def full(ctx: CheckContext) -> Iterable[Finding]:
         facts["saving"] = what
     if frame:
         facts["frame"] = frame
-        assert tb is not None
+    if library:
+        facts["library_frame"] = library
+    if tb is not None and (frame or library):
+        inside = f"{frame} (inside {library})" if frame and library else frame or library
         evidence.append(Evidence(path=tb.path, line=tb.line_start, line_end=tb.line_end, rank=tb.rank,
                                  excerpt=f"{tb.exc_type}: {tb.message.splitlines()[0] if tb.message else ''}",
-                                 detail=f"write failed in {frame}"))
+                                 detail=f"write failed in {inside}"))
     if announce is not None:
         facts["saving_path"] = group(announce, "path")
         facts.setdefault("saving", "checkpoint")

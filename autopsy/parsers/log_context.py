@@ -82,7 +82,11 @@ class BlockContext:
     ts_index: tuple[list[int], list[float]] | None
     ts_scanned: int
     ts_prev: float | None
+    ts_prev_line: int | None  # line of ts_prev (earlier blocks)
     ts_lazy: float | None
+    ts_lazy_pos: int
+    wall_src: int  # block position of the timestamp the last _wall_at gave; -1: ts_prev (earlier blocks)
+    wall_src_line: tuple[int, int]  # (wall_src, its line): asked once per timestamp, not once per hit
 
     def _offset(self, s: int) -> int:
         return self.base + s + (self.skip_len if 0 <= self.skip_at <= s else 0)
@@ -201,6 +205,9 @@ class BlockContext:
         self.ts_index = (pos, vals)
         self.ts_scanned = 0
         self.ts_lazy = None
+        self.ts_lazy_pos = -1
+        self.wall_src = -1
+        self.wall_src_line = (-1, 0)
         self.ts_years = None
         items: list[tuple[int, float]] = []
         years = lt.YearContext(self.year, self.year_seen)
@@ -229,6 +236,7 @@ class BlockContext:
         if self.ts_index is not None:
             pos, vals = self.ts_index
             i = bisect.bisect_left(pos, end)
+            self.wall_src = pos[i - 1] if i else -1
             return vals[i - 1] if i else self.ts_prev
         if end > self.ts_scanned:
             found = lt.last_timestamp(self.buf, self.ts_scanned, end, self.year, self.year_seen)
@@ -237,5 +245,19 @@ class BlockContext:
                 if found[2] is not None:  # dated lines read so far date the glog lines after them
                     self.year_seen = found[2]
                 self.ts_lazy = found[1]
+                self.ts_lazy_pos = self.wall_src = found[0]
                 return found[1]
-        return self.ts_lazy if self.ts_lazy is not None else self.ts_prev
+        if self.ts_lazy is not None:
+            self.wall_src = self.ts_lazy_pos
+            return self.ts_lazy
+        self.wall_src = -1
+        return self.ts_prev
+
+    def _wall_line(self) -> int | None:
+        """The line of the timestamp the last :meth:`_wall_at` gave (None: no timestamp yet)."""
+        src = self.wall_src
+        if src < 0:
+            return self.ts_prev_line
+        if self.wall_src_line[0] != src:
+            self.wall_src_line = (src, self._lineno(src))
+        return self.wall_src_line[1]

@@ -99,7 +99,11 @@ class LogScanner(BlockContext):
         self.first_wall: float | None = None
         self.last_wall: float | None = None
         self.ts_prev: float | None = None  # last timestamp of earlier blocks
+        self.ts_prev_line: int | None = None  # and its line
         self.ts_lazy: float | None = None
+        self.ts_lazy_pos = -1
+        self.wall_src = -1
+        self.wall_src_line = (-1, 0)
         self.note: str | None = None
         self.skip_at = -1  # a block holding an over-long line: positions >= skip_at map
         self.skip_len = 0  # to file offsets skip_len further on (the dropped middle)
@@ -164,6 +168,7 @@ class LogScanner(BlockContext):
         if self.ts_index is not None:
             if self.ts_index[1]:
                 self.ts_prev = self.ts_index[1][-1]
+                self.ts_prev_line = self._lineno(self.ts_index[0][-1])
                 if self.first_wall is None:
                     self.first_wall = self.ts_index[1][0]
             if self.ts_years is not None:
@@ -174,6 +179,7 @@ class LogScanner(BlockContext):
             found = lt.last_timestamp(buf, 0, n, self.year, self.year_seen)
             if found is not None:
                 self.ts_prev = found[1]
+                self.ts_prev_line = self._lineno(found[0])
                 if found[2] is not None:
                     self.year_seen = found[2]
         if self.ts_prev is not None:
@@ -270,9 +276,11 @@ class LogScanner(BlockContext):
             found = self.hits.candidates(text)
             if found:
                 step, wall = self._context(e)
+                wall_line = self._wall_line()
                 hit_rank = rank if rank is not None else self.file_rank
                 for p, m in found:
-                    self.hits.add(make_hit(p.key, self.rel, lineno, self._offset(s), text, m, hit_rank, wall, step))
+                    self.hits.add(make_hit(p.key, self.rel, lineno, self._offset(s), text, m, hit_rank, wall, step,
+                                           wall_line))
         if flags & _TRIG or slow:
             if "{" in text:
                 keys = self._dict_line(text, lineno, rank, e)
@@ -372,6 +380,7 @@ class LogScanner(BlockContext):
         self.base = tail_start
         self.cur_step = None
         self.ts_prev = None
+        self.ts_prev_line = None
         self.tail.clear()
         self.after_gap = True
 

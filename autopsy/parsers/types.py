@@ -45,6 +45,7 @@ class Hit:
     rank: int | None = None
     wall_time: float | None = None  # from a timestamp on this line or the nearest before
     step: int | None = None  # the last training step seen in this file before the hit
+    wall_time_line: int | None = None  # the line the wall time was read from (this line or one before)
 
 
 @dataclass
