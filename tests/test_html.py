@@ -170,7 +170,7 @@ def test_verdict_recovery_and_order(tmp_path: Path) -> None:
     verdict = out[out.index('id="verdict"'):out.index('id="findings"')]
     assert "Disk full while saving a checkpoint" in verdict and "disk.full" in verdict
     assert "checkpoint-8000 (step 8,000)" in verdict
-    assert "1,000 steps" in verdict and "1 h 2 min" in verdict
+    assert "1,000 steps" in verdict and "1h 02m" in verdict
     assert "step 9,000 of 20,000" in verdict
     rules = re.findall(r'<li id="finding-\d+" class="finding[^"]*" data-rule="([^"]+)"', out)
     assert rules == [f.rule for f in report.findings]

@@ -167,16 +167,12 @@ def fmt_time(ts: float | None) -> str | None:
 
 
 def fmt_duration(seconds: float | None) -> str | None:
-    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+    """The shared duration wording of the other reports, or None when unknown."""
+    from autopsy.report.common import fmt_duration as shared
+
+    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
         return None
-    s = round(seconds)
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60} s"
-    if s < 86400:
-        return f"{s // 3600} h {s % 3600 // 60} min"
-    return f"{s // 86400} d {s % 86400 // 3600} h"
+    return shared(seconds)
 
 
 def _verdict(report: Report, primary: Finding | None) -> dict[str, Any]:
@@ -281,7 +277,8 @@ def _fact_value(v: Any) -> str:
     if isinstance(v, (int, float)):
         return fmt_num(v)
     if isinstance(v, (list, tuple)):
-        text = ", ".join(_fact_value(x) for x in v)
+        # pairs such as (step, value) stay visibly paired: "(1, 13), (2, 3,380)"
+        text = ", ".join(f"({_fact_value(x)})" if isinstance(x, (list, tuple)) else _fact_value(x) for x in v)
     elif isinstance(v, dict):
         text = ", ".join(f"{k}={_fact_value(x)}" for k, x in v.items())
     else:
