@@ -222,6 +222,15 @@ def _walk(root: Path, limits: WalkLimits, problems: list[str]) -> Iterator[Artif
                     yield Artifact(rel, ArtifactKind.OTHER, st.st_size, st.st_mtime, ParseStatus.SKIPPED,
                                    f"symlink to {target_rel} (read under that name)")
                     continue
+                here = os.path.realpath(dir_path)
+                if not (here == target or here.startswith(target + os.sep)):
+                    # A link to a directory of the run (W&B's ``wandb/latest-run``): walk the
+                    # target under its real name only, so file:line citations stay valid after
+                    # the link moves to the next run, and nothing is read twice.
+                    target_rel = os.path.relpath(target, root_real).replace(os.sep, "/")
+                    yield Artifact(rel, ArtifactKind.OTHER, 0, st.st_mtime, ParseStatus.SKIPPED,
+                                   f"symlink to {target_rel}/ (walked under that name)")
+                    continue
             if stat.S_ISDIR(st.st_mode):
                 if entry.name in _SKIP_DIRS:
                     continue

@@ -139,3 +139,16 @@ def test_unreadable_file_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(os, "open", deny)
     (art,) = discover(tmp_path).artifacts
     assert art.status is ParseStatus.UNREADABLE
+
+
+def test_directory_symlink_inside_the_run_is_walked_under_its_real_name(tmp_path: Path) -> None:
+    # W&B keeps wandb/latest-run -> run-<id>; citations must name the real folder.
+    real = tmp_path / "wandb" / "run-20240501_100000-abc123" / "files"
+    real.mkdir(parents=True)
+    (real / "output.log").write_text("step 1 | loss 2.0\n")
+    (tmp_path / "wandb" / "latest-run").symlink_to("run-20240501_100000-abc123")
+    found = {a.path: a for a in discover(tmp_path).artifacts}
+    assert found["wandb/run-20240501_100000-abc123/files/output.log"].kind is ArtifactKind.LOG
+    assert found["wandb/latest-run"].status is ParseStatus.SKIPPED
+    assert "walked under that name" in (found["wandb/latest-run"].note or "")
+    assert not any(p.startswith("wandb/latest-run/") for p in found)

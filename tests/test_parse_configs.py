@@ -170,3 +170,15 @@ def test_alias_table(raw: str, canon: str) -> None:
 def test_toml(tmp_path: Path) -> None:
     e = _by_key(_read(tmp_path, "cfg.toml", "[train]\nlr = 0.5\nmax_steps = 10\n").value)
     assert e["learning_rate"].value == 0.5 and e["learning_rate"].line == 2 and e["max_steps"].line == 3
+
+
+def test_wandb_config_values_keep_their_names(tmp_path: Path) -> None:
+    # W&B's files/config.yaml wraps each value: {desc: null, value: ...}
+    p = tmp_path / "config.yaml"
+    p.write_text("wandb_version: 1\n\n_wandb:\n  desc: null\n  value:\n    cli_version: 0.16.6\n"
+                 "learning_rate:\n  desc: null\n  value: 2.0e-05\nper_device_train_batch_size:\n"
+                 "  desc: null\n  value: 8\n")
+    entries = {e.key: e for e in read_config(p, "config.yaml", ArtifactKind.CONFIG, None).value}
+    assert entries["learning_rate"].value == 2e-05 and entries["learning_rate"].line == 7
+    assert entries["per_device_train_batch_size"].value == 8
+    assert "value" not in entries

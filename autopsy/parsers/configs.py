@@ -220,6 +220,7 @@ def _walk_yaml(node: Any, prefix: str, out: list[ConfigEntry], path: str, source
             if key in _SKIP_SUBTREES:
                 continue
             line = knode.start_mark.line + 1
+            vnode = _unwrap_wandb(vnode)
             if isinstance(vnode, yaml.ScalarNode):
                 _add_scalar(raw, key, vnode, line, out, path, source, constructor)
             elif isinstance(vnode, yaml.SequenceNode) and all(isinstance(x, yaml.ScalarNode) for x in vnode.value):
@@ -234,6 +235,22 @@ def _walk_yaml(node: Any, prefix: str, out: list[ConfigEntry], path: str, source
         for i, item in enumerate(node.value):
             _walk_yaml(item, f"{prefix}.{i}" if prefix else str(i), out, path, source, budget, constructor,
                        depth + 1)
+
+
+def _unwrap_wandb(node: Any) -> Any:
+    """W&B's ``files/config.yaml`` wraps every value as ``key: {desc: null, value: 2e-05}``.
+
+    Without unwrapping, every setting would be named ``value``; with it, ``learning_rate``
+    keeps its name (and its line, the key's).
+    """
+    import yaml
+
+    if not isinstance(node, yaml.MappingNode) or not 1 <= len(node.value) <= 2:
+        return node
+    keys = {k.value for k, _ in node.value if isinstance(k, yaml.ScalarNode)}
+    if "value" not in keys or not keys <= {"desc", "value"}:
+        return node
+    return next(v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == "value")
 
 
 def _add_scalar(raw: str, key: str, vnode: Any, line: int, out: list[ConfigEntry], path: str, source: str,
