@@ -238,3 +238,27 @@ def test_constant_time_per_file(tmp_path: Path) -> None:
     cps = find_checkpoints(tmp_path, arts, now=LATER, in_progress_seconds=120)
     assert time.perf_counter() - t < 0.5
     assert len(cps) == 20 and all(c.valid for c in cps) and sum(c.bytes for c in cps) > 2 * 10**12
+
+
+def test_deepspeed_latest_naming_a_missing_directory(tmp_path: Path) -> None:
+    from autopsy.discover import discover
+
+    good = tmp_path / "out" / "checkpoint-200"
+    (good / "global_step200").mkdir(parents=True)
+    (good / "latest").write_text("global_step200")
+    write_zip(good / "global_step200" / "mp_rank_00_model_states.pt", torch_like_zip_entries())
+    write_zip(good / "global_step200" / "zero_pp_rank_0_mp_rank_00_optim_states.pt", torch_like_zip_entries())
+    bad = tmp_path / "out" / "checkpoint-240"
+    bad.mkdir(parents=True)
+    (bad / "latest").write_text("global_step240")
+    for cp in (good, bad):
+        write_safetensors(cp / "model.safetensors", {"w": ["F32", [4, 4]]})
+        (cp / "trainer_state.json").write_text("{}")
+        write_zip(cp / "scheduler.pt", torch_like_zip_entries())
+        write_zip(cp / "rng_state.pth", torch_like_zip_entries())
+    cps = {c.path: c for c in find_checkpoints(tmp_path, discover(tmp_path).artifacts, now=2e9,
+                                               in_progress_seconds=120)}
+    assert cps["out/checkpoint-200"].valid, cps["out/checkpoint-200"]
+    bad_cp = cps["out/checkpoint-240"]
+    assert not bad_cp.valid and "optimizer.pt" not in bad_cp.missing
+    assert any("global_step240/" in p for p in bad_cp.problems)

@@ -146,8 +146,27 @@ def _hf_checkpoint(root: Path, directory: str, arts: list[Artifact], now: float,
             if absent:
                 extra.append(f"{art.path[len(directory) + 1:]}: {len(absent)} shard(s) it names are missing: "
                              + ", ".join(sorted(absent)[:5]))
+    ds_tag = _deepspeed_latest(root / directory / "latest") if "latest" in top else None
+    if ds_tag is not None:
+        # DeepSpeed keeps optimizer and model states in <tag>/ (named by ``latest``), never as
+        # optimizer.pt; a missing <tag>/ is what makes such a checkpoint unusable.
+        missing = [m for m in missing if m != "optimizer.pt" or not deepspeed]
+        if not any(n.startswith(ds_tag + "/") for n in names):
+            missing = [m for m in missing if m != "optimizer.pt"]
+            extra.append(f"`latest` names {ds_tag}/ but that directory is missing: the DeepSpeed engine "
+                         "state (optimizer and model states) was never written")
     step = int(_HF_DIR.match(directory.rsplit("/", 1)[-1]).group("step"))  # type: ignore[union-attr]
     return _make(directory, "hf", step, arts, files, missing, now, window, extra)
+
+
+def _deepspeed_latest(path: Path) -> str | None:
+    """The tag DeepSpeed's ``latest`` file names (``global_step240``), read as a few bytes of text."""
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read(256).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    return text if re.fullmatch(r"[\w.\-]{1,128}", text) else None
 
 
 def _nanochat_ranks(nano: dict[tuple[str, str], list[Artifact]]) -> dict[str, int]:
