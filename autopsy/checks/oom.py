@@ -19,6 +19,7 @@ import regex
 from autopsy.checks.common import (
     LOADER_KEYS,
     cite_config,
+    config_where,
     earliest,
     evidence_for,
     fmt_gib,
@@ -145,6 +146,8 @@ def cuda(ctx: CheckContext) -> Iterable[Finding]:
                                                            ("seq_len", ctx.params.get("seq_len_keys", ()))))
     facts.update(cfg_facts)
     evidence.extend(cfg_evidence)
+    # Memory savers already on: the advice must not tell the user to enable them again.
+    facts.update(_savers_on(ctx))
     # The fingerprint names the code that ran out of memory when the traceback shows it: the
     # same OOM in forward() is recognised across runs, one in evaluate() is another failure.
     # Function names only: line numbers move with every edit of the script.
@@ -156,6 +159,24 @@ def cuda(ctx: CheckContext) -> Iterable[Finding]:
         key += f":{frame.function}"
     msg = _message(facts, lead, step, cited)
     return [ctx.finding(msg, key=key, facts=facts, evidence=evidence, step=step, wall_time=lead.wall_time)]
+
+
+def _savers_on(ctx: CheckContext) -> dict[str, Any]:
+    """``gradient_checkpointing_on`` / ``mixed_precision_on`` (with where) when a config turns them on."""
+    out: dict[str, Any] = {}
+    for fact, param in (("gradient_checkpointing", "gradient_checkpointing_keys"),
+                        ("mixed_precision", "mixed_precision_keys")):
+        for key in ctx.params.get(param, ()):
+            entry = ctx.run.config_value(key)
+            if entry is None:
+                continue
+            value = entry.value
+            on = value is True or (isinstance(value, str) and ("16" in value or value.lower() in ("true", "yes")))
+            if on:
+                out[f"{fact}_on"] = True
+                out[f"{fact}_source"] = f"{entry.raw_key}: {entry.text} ({config_where(entry)})"
+                break
+    return out
 
 
 def _message(facts: dict[str, Any], lead: Hit, step: int | None, cited: list[str]) -> str:
