@@ -220,6 +220,9 @@ class RunSummary:
     # The volume holding the run as measured when autopsy ran (fs_total_bytes, fs_free_bytes,
     # fs_used_bytes): kept here, in one labelled place, never in findings' facts.
     disk_at_analysis: dict[str, int] | None = None
+    # Valid checkpoints saved at or after the first non-finite loss step: their weights carry
+    # the blow-up, so they are never the resume point (paths relative to the run).
+    poisoned_checkpoints: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from autopsy.model import ArtifactKind, Finding, RunSummary, Severity
+from autopsy.recovery import clean_checkpoint, full_resume_hint
 
 _TIMED_KINDS = (ArtifactKind.LOG, ArtifactKind.TFEVENTS, ArtifactKind.TRAINER_STATE, ArtifactKind.CHECKPOINT_FILE)
 
@@ -37,7 +38,8 @@ def summarize(run: Any, primary: Finding | None = None, *, display_path: str | N
     last_step = safe("last step", lambda: run.last_step)
     max_steps = safe("max steps", lambda: run.max_steps)
     started, ended = safe("start/end times", lambda: run_times(run), (None, None))
-    ckpt = safe("checkpoints", lambda: run.latest_valid_checkpoint)
+    # after a non-finite loss only a checkpoint saved before it is clean (autopsy.recovery)
+    ckpt, poisoned = safe("checkpoints", lambda: clean_checkpoint(run, primary), (None, ()))
     failure_time, failure_source = safe("failure time", lambda: failure_moment(run, primary), (None, None))
 
     ckpt_path = ckpt.path if ckpt is not None else None
@@ -66,7 +68,8 @@ def summarize(run: Any, primary: Finding | None = None, *, display_path: str | N
         seconds_lost = None  # steps were lost but the clocks cannot say how long they took: unknown, not 0 s
     elif seconds_lost is not None and seconds_lost < 0:
         seconds_lost = 0.0
-    hint = safe("resume hint", lambda: resume_hint(path, ckpt, _entries(run))) if ckpt is not None else None
+    hint = safe("resume hint", lambda: full_resume_hint(resume_hint(path, ckpt, _entries(run)), _entries(run))) \
+        if ckpt is not None else None
 
     return RunSummary(
         path=path,
@@ -82,6 +85,7 @@ def summarize(run: Any, primary: Finding | None = None, *, display_path: str | N
         failure_time=failure_time,
         failure_time_source=failure_source,
         disk_at_analysis=disk_at_analysis(run),
+        poisoned_checkpoints=poisoned,
     )
 
 
@@ -101,6 +105,9 @@ def disk_at_analysis(run: Any) -> dict[str, int] | None:
 # the job's first line (a glog or launcher header) followed by thousands of untimed lines
 # says when the job started, not when it failed. A long traceback fits in this many lines.
 MAX_TIMESTAMP_LINES = 200
+# Nor when more training steps than this ran between them: tqdm redraws its bar with \r, so
+# hundreds of steps after a timed checkpoint save can sit on one physical line.
+MAX_TIMESTAMP_STEPS = 5
 _CLOCK_TEXT = re.compile(r"\b\d{1,2}:\d{2}:\d{2}\b|\b1[5-9]\d{8}(?:\.\d+)?\b")
 
 
@@ -130,17 +137,20 @@ def failure_moment(run: Any, primary: Finding | None) -> tuple[float | None, str
             _stale(scans[p], ln, float(primary.wall_time), text)  # type: ignore[arg-type]
             for p, ln, text in lines[:1] if p in scans):
         return float(primary.wall_time), "finding"  # type: ignore[arg-type]
+    refused: list[float] = []  # stale log times: a series point at the step may carry them too
     for path, line, _text in lines:
         scan = scans.get(path)
         if scan is None:
             continue
         for hits in scan.hits.values():
             for h in hits.all_kept():
-                if h.lineno == line and _finite(h.wall_time) and not _stale(scan, line, h.wall_time, h.text):
-                    return float(h.wall_time), f"log timestamp ({path})"  # type: ignore[arg-type]
+                if h.lineno == line and _finite(h.wall_time):
+                    if not _stale(scan, line, h.wall_time, h.text):
+                        return float(h.wall_time), f"log timestamp ({path})"  # type: ignore[arg-type]
+                    refused.append(float(h.wall_time))  # type: ignore[arg-type]
         for tb in scan.tracebacks:
             if (tb.line_start <= line <= tb.line_end and _finite(tb.wall_time)
-                    and not _stale(scan, tb.line_start, tb.wall_time, None)):
+                    and not _stale(scan, tb.line_start, tb.wall_time, None, tb.step)):
                 return float(tb.wall_time), f"log timestamp ({path})"  # type: ignore[arg-type]
     for path, line, _text in lines:
         scan = scans.get(path)
@@ -154,7 +164,7 @@ def failure_moment(run: Any, primary: Finding | None) -> tuple[float | None, str
         if t is not None:
             return t, f"event-file wall time at step {step}"
         t = step_time(run, step)
-        if t is not None:
+        if t is not None and not any(abs(t - r) < 1e-6 for r in refused):
             return t, f"logged wall time at step {step}"
     if crash and _mtimes_trusted(run):  # not a copy's mtimes (autopsy.clock)
         for path, line, _text in lines:
@@ -176,7 +186,7 @@ def _timed_lines(scan: Any) -> list[tuple[int, float]]:
     return out
 
 
-def _stale(scan: Any, line: int, t: Any, text: str | None) -> bool:
+def _stale(scan: Any, line: int, t: Any, text: str | None, step: int | None = None) -> bool:
     """Whether the log time ``t`` given to ``line`` was printed too far before it to date it.
 
     Exact where a pattern hit says which line its time was read from (``Hit.wall_time_line``):
@@ -186,7 +196,10 @@ def _stale(scan: Any, line: int, t: Any, text: str | None) -> bool:
     """
     if not _finite(t):
         return False
-    source = _time_source_line(scan, line, float(t))
+    source, source_step, line_step = _time_source(scan, line, float(t))
+    step = line_step if step is None else step
+    if step is not None and source_step is not None and step - source_step > MAX_TIMESTAMP_STEPS:
+        return True
     if source is not None:
         return line - source > MAX_TIMESTAMP_LINES
     if text and _CLOCK_TEXT.search(text):
@@ -201,19 +214,23 @@ def _stale(scan: Any, line: int, t: Any, text: str | None) -> bool:
     return _finite(first) and abs(float(first) - float(t)) < 1e-6 and line > MAX_TIMESTAMP_LINES
 
 
-def _time_source_line(scan: Any, line: int, t: float) -> int | None:
-    """The line the time ``t`` of ``line`` was read from, where the scanner's hits say so."""
+def _time_source(scan: Any, line: int, t: float) -> tuple[int | None, int | None, int | None]:
+    """(the line the time ``t`` of ``line`` was read from, the step current there, the step of a hit
+    on ``line``), where the scanner's hits say so (None where they do not)."""
     best: int | None = None
+    best_step: int | None = None
+    line_step = next((h.step for hits in scan.hits.values() for h in hits.all_kept()
+                      if h.lineno == line and h.step is not None), None)
     for hits in scan.hits.values():
         for h in hits.all_kept():
             src = h.wall_time_line
             if src is None or src > line or not _finite(h.wall_time) or abs(float(h.wall_time) - t) >= 1e-6:
                 continue
             if h.lineno == line:
-                return int(src)
+                return int(src), h.wall_time_step, line_step
             if best is None or src > best:
-                best = int(src)
-    return best
+                best, best_step = int(src), h.wall_time_step
+    return best, best_step, line_step
 
 
 def _timestamp_before(scan: Any, line: int) -> float | None:

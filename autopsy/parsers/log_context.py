@@ -83,6 +83,8 @@ class BlockContext:
     ts_scanned: int
     ts_prev: float | None
     ts_prev_line: int | None  # line of ts_prev (earlier blocks)
+    ts_prev_step: int | None  # step current at ts_prev's line (None: not known)
+    ts_step: tuple[int, int | None]  # (file position, step current there) of the last indexed timestamp passed
     ts_lazy: float | None
     ts_lazy_pos: int
     wall_src: int  # block position of the timestamp the last _wall_at gave; -1: ts_prev (earlier blocks)
@@ -130,6 +132,7 @@ class BlockContext:
         lo = self.bar_scan
         if end <= lo:
             return
+        self._note_ts_step(lo, end)
         self.bar_scan = end
         buf = self.buf
         q = end
@@ -158,6 +161,38 @@ class BlockContext:
                 self._rate_points(bar, s, e, rank)
                 return
             q = s
+
+    def _note_ts_step(self, lo: int, end: int) -> None:
+        """Note the step current at the last indexed timestamp in [lo, end), before the bars after it
+        move the step on: a timestamp many steps before a hit does not date it (tqdm redraws a bar
+        with \r, so hundreds of steps can sit on one physical line)."""
+        if self.ts_index is None:
+            return
+        pos = self.ts_index[0]
+        i = bisect.bisect_left(pos, end)
+        if not i or pos[i - 1] < lo:
+            return
+        ts = pos[i - 1]
+        self.ts_step = (self.base + ts, self._peek_step(lo, ts))
+
+    def _peek_step(self, lo: int, end: int) -> int | None:
+        """The step of the last training bar in [lo, end), else the current one; moves nothing."""
+        buf = self.buf
+        q = end
+        for _ in range(_BAR_TRIES):
+            q = max(buf.rfind(b"it/s", lo, q), buf.rfind(b"s/it", lo, q))
+            if q < 0:
+                break
+            s = self._seg_start(q, lo)
+            if self.base + s <= self.step_pos:
+                break  # a step line or dict after this bar set the current step
+            text, _ = lt.clean(buf[s:min(self._bar_end(q), s + 4096)], self.label_mode)
+            bar = parse_bar(text)
+            if bar is not None and bar.training and not (bar.total and bar.epoch is None
+                                                         and bar.total < self.max_total):
+                return bar.step
+            q = s
+        return self.cur_step
 
     def _fast_bar(self, s: int, q: int) -> bool:
         """The plain training bar (no description, no postfix, the known total), from bytes."""
@@ -261,3 +296,10 @@ class BlockContext:
         if self.wall_src_line[0] != src:
             self.wall_src_line = (src, self._lineno(src))
         return self.wall_src_line[1]
+
+    def _wall_step(self) -> int | None:
+        """The step current at the timestamp the last :meth:`_wall_at` gave (None: not known)."""
+        src = self.wall_src
+        if src < 0:
+            return self.ts_prev_step
+        return self.ts_step[1] if self.ts_step[0] == self.base + src else None

@@ -190,10 +190,12 @@ class HitCollector:
 
 
 def make_hit(key: str, path: str, lineno: int, offset: int, text: str, m: regex.Match[str],
-             rank: int | None, wall_time: float | None, step: int | None, wall_time_line: int | None = None) -> Hit:
+             rank: int | None, wall_time: float | None, step: int | None, wall_time_line: int | None = None,
+             wall_time_step: int | None = None) -> Hit:
     groups = {k: v for k, v in m.groupdict().items() if v is not None}
     return Hit(key=key, path=path, lineno=lineno, offset=offset, text=cap(text), groups=groups,
-               rank=rank, wall_time=wall_time, step=step, wall_time_line=wall_time_line)
+               rank=rank, wall_time=wall_time, step=step, wall_time_line=wall_time_line,
+               wall_time_step=wall_time_step)
 
 
 _SEP = re.compile(rb"\r|\n")

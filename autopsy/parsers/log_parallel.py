@@ -136,6 +136,7 @@ def _child(conn: Any, make: Callable[[], Any], fd: int, p: Plan, limit: int, blo
     sc.first_wall = sc.last_wall = None
     sc.ts_prev = NO_TS_YET
     sc.ts_prev_line = None  # the warm-up's lines are not the child's: its hits before a timestamp get the parent's
+    sc.ts_prev_step = None
     sc.base = p.cut
     carry = os.pread(fd, p.chunk_start - p.cut, p.cut)
     read = len(carry)
@@ -278,13 +279,16 @@ def _wall(w: float | None, before: float | None) -> float | None:
     return before if w == NO_TS_YET else w
 
 
-def _shift_hit(h: Hit, lines: int, before: float | None, before_line: int | None) -> Hit:
+def _shift_hit(h: Hit, lines: int, before: float | None, before_line: int | None,
+               before_step: int | None = None) -> Hit:
     if h.wall_time == NO_TS_YET:
-        wall_line = before_line  # dated by the first half's last timestamp
+        # dated by the first half's last timestamp, and the step current there
+        wall_line, wall_step = before_line, before_step
     else:
         wall_line = h.wall_time_line + lines if h.wall_time_line is not None else None
+        wall_step = h.wall_time_step
     return dataclasses.replace(h, lineno=h.lineno + lines, wall_time=_wall(h.wall_time, before),
-                               wall_time_line=wall_line)
+                               wall_time_line=wall_line, wall_time_step=wall_step)
 
 
 def _shift_tb(tb: Traceback, lines: int, before: float | None) -> Traceback:
@@ -294,13 +298,13 @@ def _shift_tb(tb: Traceback, lines: int, before: float | None) -> Traceback:
 
 
 def _merge_hits(coll: HitCollector, got: tuple[Any, ...], lines: int, before: float | None,
-                before_line: int | None) -> None:
+                before_line: int | None, before_step: int | None = None) -> None:
     first2, last2, count2, timeouts = got
     coll.timeouts += timeouts
     for key, n2 in count2.items():
         n1 = coll.count.get(key, 0)
         seq1 = list(coll.first.get(key, [])) + list(coll.last.get(key, ()))
-        kept2 = [_shift_hit(h, lines, before, before_line) for h in first2[key] + list(last2.get(key, ()))]
+        kept2 = [_shift_hit(h, lines, before, before_line, before_step) for h in first2[key] + list(last2.get(key, ()))]
         # global index -> hit, for the indexes each half kept
         idx: dict[int, Hit] = {}
         f1 = len(coll.first.get(key, []))
@@ -322,7 +326,7 @@ def _merge_hits(coll: HitCollector, got: tuple[Any, ...], lines: int, before: fl
 def _merge(sc: Any, got: dict[str, Any]) -> None:
     lines = sc.lines_before
     before = sc.ts_prev
-    _merge_hits(sc.hits, got["hits"], lines, before, sc.ts_prev_line)
+    _merge_hits(sc.hits, got["hits"], lines, before, sc.ts_prev_line, sc.ts_prev_step)
     tb_first, _, _ = got["tb"]
     sc.tb.first.extend(_shift_tb(tb, lines, before) for tb in tb_first)
     room = MAX_CHILD_FAILURES - len(sc.cf.results)

@@ -100,6 +100,8 @@ class LogScanner(BlockContext):
         self.last_wall: float | None = None
         self.ts_prev: float | None = None  # last timestamp of earlier blocks
         self.ts_prev_line: int | None = None  # and its line
+        self.ts_prev_step: int | None = None  # and the step current there (None: not known)
+        self.ts_step: tuple[int, int | None] = (-1, None)  # (file position, step there) of the last indexed
         self.ts_lazy: float | None = None
         self.ts_lazy_pos = -1
         self.wall_src = -1
@@ -169,6 +171,9 @@ class LogScanner(BlockContext):
             if self.ts_index[1]:
                 self.ts_prev = self.ts_index[1][-1]
                 self.ts_prev_line = self._lineno(self.ts_index[0][-1])
+                # _advance_bars(n) just passed the block's last timestamp and noted the step there
+                last_pos = self.base + self.ts_index[0][-1]
+                self.ts_prev_step = self.ts_step[1] if self.ts_step[0] == last_pos else None
                 if self.first_wall is None:
                     self.first_wall = self.ts_index[1][0]
             if self.ts_years is not None:
@@ -180,6 +185,7 @@ class LogScanner(BlockContext):
             if found is not None:
                 self.ts_prev = found[1]
                 self.ts_prev_line = self._lineno(found[0])
+                self.ts_prev_step = None  # dense blocks are not indexed: the step there is not known
                 if found[2] is not None:
                     self.year_seen = found[2]
         if self.ts_prev is not None:
@@ -277,10 +283,11 @@ class LogScanner(BlockContext):
             if found:
                 step, wall = self._context(e)
                 wall_line = self._wall_line()
+                wall_step = self._wall_step()
                 hit_rank = rank if rank is not None else self.file_rank
                 for p, m in found:
                     self.hits.add(make_hit(p.key, self.rel, lineno, self._offset(s), text, m, hit_rank, wall, step,
-                                           wall_line))
+                                           wall_line, wall_step))
         if flags & _TRIG or slow:
             if "{" in text:
                 keys = self._dict_line(text, lineno, rank, e)
@@ -381,6 +388,7 @@ class LogScanner(BlockContext):
         self.cur_step = None
         self.ts_prev = None
         self.ts_prev_line = None
+        self.ts_prev_step = None
         self.tail.clear()
         self.after_gap = True
 

@@ -46,6 +46,7 @@ class Hit:
     wall_time: float | None = None  # from a timestamp on this line or the nearest before
     step: int | None = None  # the last training step seen in this file before the hit
     wall_time_line: int | None = None  # the line the wall time was read from (this line or one before)
+    wall_time_step: int | None = None  # the training step current at that line (None: not known)
 
 
 @dataclass

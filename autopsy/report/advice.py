@@ -168,6 +168,23 @@ def resume_step(report: Report) -> str | None:
     return None
 
 
+def poisoned_words(report: Report) -> str | None:
+    """What the report says about checkpoints saved after the loss went non-finite (None: there are none)."""
+    from autopsy.recovery import first_nonfinite_step
+    from autopsy.report.common import verdict_finding
+
+    bad = report.run.poisoned_checkpoints
+    if not bad:
+        return None
+    first = first_nonfinite_step(verdict_finding(report))
+    at = f" at step {first:,}" if first is not None else ""
+    names = ", ".join(bad[:4]) + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
+    if report.run.latest_valid_checkpoint is None:
+        return (f"no clean checkpoint: every checkpoint was saved after the loss became non-finite{at}; "
+                f"restart from scratch or from an earlier run (not from {names})")
+    return f"not {names}: saved after the loss became non-finite{at}, so the weights carry it"
+
+
 def resume_words(report: Report) -> str:
     """Plain-text resume advice when the run names no resume option (never an invented flag)."""
     run = report.run
@@ -257,9 +274,17 @@ def _oom_cuda(f: Finding, r: Report, rel: list[Finding]) -> list[str]:
                      f"{md_code('gradient_accumulation_steps')} to keep the effective batch.")
     else:
         steps.append("Lower the per-device batch size (or sequence length) and raise gradient accumulation.")
+    # Only suggest memory savers the run does not already use (oom.cuda reads them from the config).
+    savers = [name for name, fact_name in (("gradient checkpointing", "gradient_checkpointing_on"),
+                                           ("mixed precision (bf16)", "mixed_precision_on"))
+              if not fact(rel, fact_name)]
+    already = [str(fact(rel, f"{n}_source")) for n in ("gradient_checkpointing", "mixed_precision")
+               if fact(rel, f"{n}_on")]
     if isinstance(req, (int, float)) and isinstance(free, (int, float)):
-        steps.append(f"The allocation asked for {req:.2f} GiB with {free:.2f} GiB free: "
-                     "enable gradient checkpointing or mixed precision to make room.")
+        room = (f"enable {' or '.join(savers)} to make room" if savers
+                else "the per-device batch or sequence length has to shrink")
+        steps.append(f"The allocation asked for {req:.2f} GiB with {free:.2f} GiB free: {room}"
+                     + (f" (already on: {'; '.join(already)})" if already else "") + ".")
     steps.append(f"If reserved memory is much larger than allocated, set "
                  f"{md_code('PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True')} against fragmentation.")
     return steps
@@ -274,16 +299,23 @@ def _nonfinite(f: Finding, r: Report, rel: list[Finding]) -> list[str]:
               and run.latest_valid_checkpoint)
     return _keep(
         f"Resume from {md_code(run.latest_valid_checkpoint or '')} (step {run.latest_valid_step:,}, "
-        f"before the first non-finite step {first:,})." if before and isinstance(first, int)
+        f"before the first non-finite step {first:,})"
+        + (f"; {poisoned_words(r)}." if run.poisoned_checkpoints else ".") if before and isinstance(first, int)
         and run.latest_valid_step is not None else
         f"Resume from a checkpoint saved before step {fmt_value(first)}, not from one after it."
         if first is not None and run.latest_valid_checkpoint else
+        _cap(poisoned_words(r)) + "." if first is not None and run.poisoned_checkpoints
+        and not run.latest_valid_checkpoint else
         f"No checkpoint was found: once fixed, train again from scratch (nothing after step {fmt_value(first)} "
         "is usable)." if first is not None else None,
         f"Lower the learning rate{where(lr_ev)} or lengthen warmup.",
         f"Clip gradients ({md_code('max_grad_norm: 1.0')}{where(clip)}).",
         "Prefer bf16 over fp16 when the hardware has it; fp16 overflows at 65504.",
     )
+
+
+def _cap(text: str | None) -> str:
+    return (text[:1].upper() + text[1:]) if text else ""
 
 
 def _log_empty(f: Finding, r: Report, rel: list[Finding]) -> list[str]:

@@ -194,8 +194,16 @@ def _verdict(report: Report, primary: Finding | None) -> dict[str, Any]:
     if rs.latest_valid_checkpoint:
         at = f" (step {fmt_num(rs.latest_valid_step)})" if rs.latest_valid_step is not None else ""
         recovery.append(("Resume from", f"{rs.latest_valid_checkpoint}{at}"))
+    elif primary is not None and rs.poisoned_checkpoints:
+        from autopsy.report.advice import poisoned_words
+
+        recovery.append(("Resume from", poisoned_words(report) or "no clean checkpoint"))
     elif primary is not None:
         recovery.append(("Resume from", "no valid checkpoint found"))
+    if rs.latest_valid_checkpoint and rs.poisoned_checkpoints:
+        from autopsy.report.advice import poisoned_words
+
+        recovery.append(("Skip", poisoned_words(report) or ""))
     lost = []
     if rs.steps_lost is not None:
         lost.append(f"{fmt_num(rs.steps_lost)} steps")

@@ -109,7 +109,9 @@ def report_to_dict(report: Report) -> dict[str, Any]:
     out: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "autopsy_version": report.autopsy_version,
-        "run": {name: _run_value(getattr(run, name)) for name in _RUN_FIELDS},
+        "run": {name: _run_value(getattr(run, name)) for name in _RUN_FIELDS}
+        # optional, absent when empty: older reports and readers keep their shape
+        | ({"poisoned_checkpoints": list(run.poisoned_checkpoints)} if run.poisoned_checkpoints else {}),
         "verdict": None if top is None else {
             "rule": top.rule, "severity": str(top.severity), "message": top.message,
             "step": top.step,
@@ -188,7 +190,8 @@ def report_from_dict(data: Mapping[str, Any]) -> Report:
         raise ReportFormatError(f"unsupported schema_version {version!r} (this autopsy reads 1..{SCHEMA_VERSION})")
     try:
         run_d = data["run"]
-        run = RunSummary(**{k: run_d.get(k) for k in _RUN_FIELDS if k != "path"}, path=str(run_d["path"]))
+        run = RunSummary(**{k: run_d.get(k) for k in _RUN_FIELDS if k != "path"}, path=str(run_d["path"]),
+                         poisoned_checkpoints=tuple(str(p) for p in run_d.get("poisoned_checkpoints") or ()))
         findings = tuple(_finding_from_dict(f) for f in data.get("findings") or ())
         by_rule: dict[str, list[Finding]] = {}
         for f in findings:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from autopsy.model import Evidence, Finding, Report, Severity
-from autopsy.report.advice import resume_advised, resume_words
+from autopsy.report.advice import poisoned_words, resume_advised, resume_words
 from autopsy.report.common import (
     fmt_facts,
     fmt_int,
@@ -140,12 +140,17 @@ def _recovery_lines(report: Report) -> list[str]:
     if run.latest_valid_checkpoint:
         step = f" (step {run.latest_valid_step:,})" if run.latest_valid_step is not None else ""
         out.append(f"  latest valid checkpoint: {strip_terminal(run.latest_valid_checkpoint, one_line=True)}{step}")
+    elif run.poisoned_checkpoints:
+        out.append("  latest valid checkpoint: none clean (all saved after the loss became non-finite)")
     else:
         out.append("  latest valid checkpoint: none found (a restart begins from scratch)")
+    if (poisoned := poisoned_words(report)) is not None:
+        out.append(f"  {strip_terminal(poisoned, one_line=True)}")
     out.append(f"  last step: {fmt_step(report)}")
     out.append(f"  lost since the checkpoint: {lost_work(report)}")
     if not resume_advised(top.rule):
-        since = f" from a checkpoint saved before step {top.step:,} (or from scratch)" if top.step is not None else ""
+        since = f" from a checkpoint saved before step {top.step:,} (or from scratch)" \
+            if top.step is not None and not (run.poisoned_checkpoints and not run.latest_valid_checkpoint) else ""
         out.append(f"  fix {top.rule} before restarting{since}: resuming as it is repeats the problem")
         out += _restart_point(report, top)
     elif run.resume_hint:
