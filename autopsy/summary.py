@@ -108,6 +108,9 @@ MAX_TIMESTAMP_LINES = 200
 # Nor when more training steps than this ran between them: tqdm redraws its bar with \r, so
 # hundreds of steps after a timed checkpoint save can sit on one physical line.
 MAX_TIMESTAMP_STEPS = 5
+# A timestamp printed before any training step (a launcher's start-up lines) dates a failure at
+# step N only when it is on the line right above it.
+MAX_UNSTEPPED_TIMESTAMP_LINES = 1
 _CLOCK_TEXT = re.compile(r"\b\d{1,2}:\d{2}:\d{2}\b|\b1[5-9]\d{8}(?:\.\d+)?\b")
 
 
@@ -200,6 +203,9 @@ def _stale(scan: Any, line: int, t: Any, text: str | None, step: int | None = No
     step = line_step if step is None else step
     if step is not None and source_step is not None and step - source_step > MAX_TIMESTAMP_STEPS:
         return True
+    if (step is not None and step > MAX_TIMESTAMP_STEPS and source is not None and source_step is None
+            and line - source > MAX_UNSTEPPED_TIMESTAMP_LINES):
+        return True  # timed before any training step was seen (a launcher banner), failure at step N
     if source is not None:
         return line - source > MAX_TIMESTAMP_LINES
     if text and _CLOCK_TEXT.search(text):

@@ -62,3 +62,26 @@ def test_a_time_at_the_same_step_just_before_the_oom_dates_it(tmp_path: Path) ->
     report = _analyze(tmp_path, text)
     assert report.run.failure_time is not None and abs(report.run.failure_time - (T_SAVE + 600 - 0.123)) < 1e-3, \
         report.run.failure_time_source
+
+
+def test_launcher_banner_before_any_step_does_not_date_a_later_failure(tmp_path: Path) -> None:
+    # DeepSpeed/accelerate print dated start-up lines, then untimed training: the banner time is
+    # not when the OOM at step 250 struck.
+    banner = "[2024-05-01 09:00:05,000] [INFO] [comm.py:637:init_distributed] cdb=None"
+    text = "\n".join([banner, "{'loss': 2.1, 'grad_norm': 3.2, 'learning_rate': 1e-05, 'epoch': 0.1}",
+                      _bars(200, 250), *OOM_TB]) + "\n"
+    report = _analyze(tmp_path, text)
+    assert report.run.failure_time is None or abs(report.run.failure_time - 1714554005.0) > 1
+
+
+def test_renderers_use_the_vetted_failure_time_for_the_primary(tmp_path: Path) -> None:
+    from autopsy.report.common import failure_time, struck_at
+
+    report = _analyze(tmp_path, _stale_log())
+    primary = report.primary
+    assert primary is not None
+    # The finding keeps the raw hit time; the summary rejected it as stale.
+    assert report.run.failure_time is None or abs(report.run.failure_time - T_SAVE) > 1
+    assert "10:15:00" not in struck_at(report, primary)
+    ts = failure_time(report, primary)
+    assert ts is None or abs(ts - T_SAVE) > 1

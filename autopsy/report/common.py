@@ -196,7 +196,10 @@ def fmt_date(ts: float | None) -> str | None:
 
 def failure_time(report: Report, finding: Finding | None) -> float | None:
     """When the failure struck, from the artifacts: the finding, the run's failure, its end."""
-    for ts in (finding.wall_time if finding else None, report.run.failure_time, report.run.ended):
+    # The primary's own time has already been vetted by the summary (a stale timestamp from far
+    # above the failure is rejected there): use the summary's answer for it.
+    own = finding.wall_time if finding is not None and not finding.primary else None
+    for ts in (own, report.run.failure_time, report.run.ended):
         if ts is not None and math.isfinite(ts):
             return ts
     return None
@@ -247,7 +250,7 @@ def struck_at(report: Report, finding: Finding) -> str:
     parts = []
     if finding.step is not None:
         parts.append(f"step {finding.step:,}")
-    own = finding.wall_time is not None and math.isfinite(finding.wall_time)
+    own = not finding.primary and finding.wall_time is not None and math.isfinite(finding.wall_time)
     ts = finding.wall_time if own else (report.run.failure_time if finding.primary else None)
     if ts is not None and math.isfinite(ts):
         when = fmt_time(ts)

@@ -184,8 +184,9 @@ def _verdict(report: Report, primary: Finding | None) -> dict[str, Any]:
     elif rs.last_step is not None:
         when.append(f"last step reached {fmt_num(rs.last_step)}" + (f" of {fmt_num(rs.max_steps)}" if rs.max_steps
                                                                      else ""))
-    own = primary is not None and bool(primary.wall_time)
-    t = fmt_time(primary.wall_time if own else rs.failure_time)  # type: ignore[union-attr]
+    # the summary vetted the primary's own time (stale timestamps rejected): use its answer
+    own = False
+    t = fmt_time(rs.failure_time)
     if t:
         source = rs.failure_time_source or ""
         # a file's mtime only bounds the failure from above: say where the time comes from
