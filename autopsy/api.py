@@ -21,6 +21,8 @@ from autopsy.summary import summarize
 if TYPE_CHECKING:
     import pandas as pd
 
+    from autopsy.run import Run
+
 Selector = Iterable[str] | str | None
 
 
@@ -40,6 +42,25 @@ def analyze(
     ``options``: how to read the run (size limits, a pinned ``now`` for tests); its
     ``patterns`` are replaced by the selected cards' patterns. Raises
     :class:`autopsy.run.RunError` when ``run_dir`` is not a readable directory.
+    """
+    return analyze_run(run_dir, select=select, ignore=ignore, rules_dirs=rules_dirs, options=options,
+                       catalog=catalog)[0]
+
+
+def analyze_run(
+    run_dir: str | os.PathLike[str],
+    *,
+    select: Selector = None,
+    ignore: Selector = None,
+    rules_dirs: Sequence[str | os.PathLike[str]] = (),
+    options: LoadOptions | None = None,
+    catalog: Catalog | None = None,
+) -> tuple[Report, Run]:
+    """:func:`analyze`, also returning the parsed :class:`~autopsy.run.Run`.
+
+    For renderers that need more than the report (the HTML report's log context and
+    full-resolution series): they reuse the views parsed for the analysis instead of
+    reading the run a second time.
     """
     from autopsy import __version__
 
@@ -79,7 +100,7 @@ def analyze(
     except Exception as exc:  # display data only: a bug here must not lose the diagnosis
         problems.append(f"display series: {type(exc).__name__}: {exc}")
 
-    return Report(
+    report = Report(
         run=summary,
         findings=ranked,
         outcomes=tuple(sorted(outcomes, key=lambda o: o.rule)),
@@ -88,6 +109,7 @@ def analyze(
         autopsy_version=__version__,
         series=series,
     )
+    return report, run
 
 
 def _card_error_outcomes(catalog: Catalog, selected: set[str], select: Selector, ignore: Selector) -> list[Outcome]:

@@ -47,6 +47,7 @@ from autopsy.cli_support import (
 
 if TYPE_CHECKING:
     from autopsy.model import Report
+    from autopsy.run import Run
 
 
 # --------------------------------------------------------------------------- helpers
@@ -134,7 +135,7 @@ def analyze(run_dirs: tuple[str, ...], fmt: str, output: str | None, select: tup
             append: str | None, max_bytes: int | None, check_crc: bool, no_color: bool) -> None:
     """Analyse one or more run directories (shell globs work, quoted or not)."""
     dirs, bad_paths = collect_run_dirs(run_dirs)
-    from autopsy.api import analyze as api_analyze
+    from autopsy.api import analyze_run
     from autopsy.engine.runner import select_cards
     from autopsy.run import LoadOptions, RunError
 
@@ -159,6 +160,10 @@ def analyze(run_dirs: tuple[str, ...], fmt: str, output: str | None, select: tup
         if hint:
             click.echo(f"autopsy: hint: {hint}", err=True)
     reports: list[Report] = []
+    # The HTML report of one run draws its charts and log context from the parsed run: keep
+    # the one the analysis built rather than reading the run again.
+    keep_run = fmt == "html" and len(dirs) == 1
+    runs: list[Run] | None = [] if keep_run else None
     worst_error = EXIT_USAGE if bad_paths else EXIT_OK
     tty = _stderr_is_tty()
     mode = progress_mode(fmt, quiet=quiet, tty=tty, n_runs=len(dirs), large=tty and work_is_large(dirs))
@@ -167,8 +172,10 @@ def analyze(run_dirs: tuple[str, ...], fmt: str, output: str | None, select: tup
         for d in items:
             try:
                 with Ticker(d, stream=sys.stderr) if mode == "ticker" else _nullbar([]):
-                    report = api_analyze(d, select=sel, ignore=ign, options=options, catalog=catalog)
+                    report, run = analyze_run(d, select=sel, ignore=ign, options=options, catalog=catalog)
                 reports.append(report)
+                if runs is not None:
+                    runs.append(run)
             except RunError as exc:
                 click.echo(f"autopsy: error: {exc}", err=True)
                 worst_error = max(worst_error, EXIT_USAGE)
@@ -178,14 +185,6 @@ def analyze(run_dirs: tuple[str, ...], fmt: str, output: str | None, select: tup
                 click.echo(f"autopsy: internal error analysing {d}: {type(exc).__name__}: {exc} "
                            "(set AUTOPSY_DEBUG=1 for the traceback)", err=True)
                 worst_error = EXIT_INTERNAL
-    runs = None
-    if fmt == "html" and len(reports) == 1:
-        from autopsy.run import load_run
-
-        try:  # charts need the parsed series; the report alone renders without them
-            runs = [load_run(reports[0].run.path, options)]
-        except (RunError, OSError):
-            runs = None
     finish(reports, fmt=fmt, output=output, no_color=no_color, quiet=quiet, github=github, append=append,
            fail_on=fail_on, catalog=catalog, worst_error=worst_error, runs=runs)
 
