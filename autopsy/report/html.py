@@ -12,7 +12,6 @@ come from ``assets/`` and are inlined; charts are inline SVG (see ``chart_svg``)
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 from collections.abc import Sequence
 from functools import lru_cache
@@ -24,6 +23,9 @@ from markupsafe import Markup
 
 from autopsy.model import Evidence, Finding, OutcomeKind, ParseStatus, Report, Severity
 from autopsy.report.charts import finding_anchor, fmt_bytes, fmt_num
+from autopsy.report.common import fmt_duration as duration_text
+from autopsy.report.common import fmt_time as time_text
+from autopsy.report.common import is_cause_link, nothing_readable
 from autopsy.report.sanitize import strip_terminal
 
 if TYPE_CHECKING:
@@ -158,21 +160,18 @@ def _crash_step(report: Report, primary: Finding | None) -> int | None:
 
 
 def fmt_time(ts: float | None) -> str | None:
+    """The shared time wording of the other reports, or None when unknown (nothing to show)."""
     if ts is None or not math.isfinite(ts) or ts <= 0:
         return None
-    try:
-        return _dt.datetime.fromtimestamp(ts, tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    except (OverflowError, OSError, ValueError):
-        return None
+    text = time_text(ts)
+    return None if text == "?" else text
 
 
 def fmt_duration(seconds: float | None) -> str | None:
     """The shared duration wording of the other reports, or None when unknown."""
-    from autopsy.report.common import fmt_duration as shared
-
     if seconds is None or not math.isfinite(seconds) or seconds <= 0:
         return None
-    return shared(seconds)
+    return duration_text(seconds)
 
 
 def _verdict(report: Report, primary: Finding | None) -> dict[str, Any]:
@@ -214,7 +213,6 @@ def _verdict(report: Report, primary: Finding | None) -> dict[str, Any]:
         recovery.append(("Work lost", " · ".join(lost)))
     if rs.resume_hint:
         recovery.append(("Command", rs.resume_hint))
-    from autopsy.report.common import nothing_readable
 
     empty = nothing_readable(report) if primary is None else None
     if empty is not None:
@@ -305,8 +303,6 @@ def _finding_view(i: int, f: Finding, findings: Sequence[Finding], docs: dict[st
                 break
         else:
             explained = {"rule": f.explained_by, "anchor": None}
-        from autopsy.report.common import is_cause_link
-
         # retention under disk.full is its cause, not its symptom: the template words the link
         explained["label"] = "Contributing cause of" if is_cause_link(f) else "Explained by"
     facts = [(k, _fact_value(v)) for k, v in f.facts.items()]
