@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 from conftest import RUNS
+from log_runs import analyze_log
 
 import autopsy
 from autopsy.checks import disk
-from autopsy.model import Report
 from autopsy.parsers import log_blocks, log_context, log_parallel, log_scanner
 from autopsy.parsers.logs import compile_patterns, scan_log
 from autopsy.parsers.types import Frame, Hit, LogScan, PatternSpec, Traceback
@@ -110,21 +110,12 @@ def test_the_parallel_merge_shifts_and_fills_the_line(tmp_path: Path, monkeypatc
 # ------------------------------------------------------------------ failure time
 
 
-def _analyze(tmp_path: Path, text: str) -> Report:
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "train.log").write_text(text)
-    report = autopsy.analyze(run)
-    assert report.primary is not None and report.primary.rule == "oom.cuda"
-    return report
-
-
 def test_a_second_header_time_thousands_of_lines_before_is_not_the_failure_time(tmp_path: Path) -> None:
     # not the log's first timestamp, and no other record carries it: only its line tells it is stale
     lines = ["[2024-05-14 10:00:00,000] INFO launcher: starting job",
              "[2024-05-14 10:05:00,000] INFO data: loaded 1000 shards"]
     lines += [f"epoch 0 batch {i} running" for i in range(3000)] + [OOM]
-    report = _analyze(tmp_path, "\n".join(lines) + "\n")
+    report = analyze_log(tmp_path, "\n".join(lines) + "\n")
     assert report.run.failure_time != T0 + 300, report.run.failure_time_source
 
 
@@ -132,7 +123,7 @@ def test_the_log_first_time_just_before_the_failure_dates_it(tmp_path: Path) -> 
     # the log's only timestamp, far into it, on the line just before the OOM: it dates the failure
     lines = [f"epoch 0 batch {i} running" for i in range(MAX_TIMESTAMP_LINES + 100)]
     lines += ["2024-05-14 10:00:00 INFO step 300 saving nothing", OOM]
-    report = _analyze(tmp_path, "\n".join(lines) + "\n")
+    report = analyze_log(tmp_path, "\n".join(lines) + "\n")
     assert report.run.failure_time == T0, report.run.failure_time_source
 
 

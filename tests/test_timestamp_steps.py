@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import autopsy
-from autopsy.model import Report
+from log_runs import analyze_log
+
 from autopsy.parsers.logs import compile_patterns, scan_log
 from autopsy.parsers.types import PatternSpec
 
@@ -27,15 +27,6 @@ def _bars(lo: int, hi: int, total: int = 3000) -> str:
     return "".join(bar.format(pct=100 * s // total, s=s, total=total) for s in range(lo, hi + 1))
 
 
-def _analyze(tmp_path: Path, text: str) -> Report:
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "train.log").write_text(text)
-    report = autopsy.analyze(run)
-    assert report.primary is not None and report.primary.rule == "oom.cuda"
-    return report
-
-
 def _stale_log() -> str:
     return "\n".join([_bars(1490, 1500), SAVE, _bars(1501, 1720), *OOM_TB]) + "\n"
 
@@ -51,7 +42,7 @@ def test_the_hit_records_the_step_at_its_timestamp(tmp_path: Path) -> None:
 
 
 def test_a_save_time_220_steps_before_the_oom_is_not_the_failure_time(tmp_path: Path) -> None:
-    report = _analyze(tmp_path, _stale_log())
+    report = analyze_log(tmp_path, _stale_log())
     ft = report.run.failure_time
     assert ft is None or abs(ft - T_SAVE) > 1.0, report.run.failure_time_source
 
@@ -59,7 +50,7 @@ def test_a_save_time_220_steps_before_the_oom_is_not_the_failure_time(tmp_path: 
 def test_a_time_at_the_same_step_just_before_the_oom_dates_it(tmp_path: Path) -> None:
     stamp = "[INFO|trainer.py:2100] 2024-05-01 10:25:00,000 >> step 1720 memory 78.9 GiB"
     text = "\n".join([_bars(1490, 1500), SAVE, _bars(1501, 1720), stamp, *OOM_TB]) + "\n"
-    report = _analyze(tmp_path, text)
+    report = analyze_log(tmp_path, text)
     assert report.run.failure_time is not None and abs(report.run.failure_time - (T_SAVE + 600 - 0.123)) < 1e-3, \
         report.run.failure_time_source
 
@@ -70,14 +61,14 @@ def test_launcher_banner_before_any_step_does_not_date_a_later_failure(tmp_path:
     banner = "[2024-05-01 09:00:05,000] [INFO] [comm.py:637:init_distributed] cdb=None"
     text = "\n".join([banner, "{'loss': 2.1, 'grad_norm': 3.2, 'learning_rate': 1e-05, 'epoch': 0.1}",
                       _bars(200, 250), *OOM_TB]) + "\n"
-    report = _analyze(tmp_path, text)
+    report = analyze_log(tmp_path, text)
     assert report.run.failure_time is None or abs(report.run.failure_time - 1714554005.0) > 1
 
 
 def test_renderers_use_the_vetted_failure_time_for_the_primary(tmp_path: Path) -> None:
     from autopsy.report.common import failure_time, struck_at
 
-    report = _analyze(tmp_path, _stale_log())
+    report = analyze_log(tmp_path, _stale_log())
     primary = report.primary
     assert primary is not None
     # The finding keeps the raw hit time; the summary rejected it as stale.
