@@ -184,12 +184,11 @@ def _verdict(report: Report, primary: Finding | None) -> dict[str, Any]:
         when.append(f"last step reached {fmt_num(rs.last_step)}" + (f" of {fmt_num(rs.max_steps)}" if rs.max_steps
                                                                      else ""))
     # the summary vetted the primary's own time (stale timestamps rejected): use its answer
-    own = False
     t = fmt_time(rs.failure_time)
     if t:
         source = rs.failure_time_source or ""
         # a file's mtime only bounds the failure from above: say where the time comes from
-        when.append(t + (f" ({source})" if not own and source.endswith("last written") else ""))
+        when.append(t + (f" ({source})" if source.endswith("last written") else ""))
     recovery = []
     if rs.latest_valid_checkpoint:
         at = f" (step {fmt_num(rs.latest_valid_step)})" if rs.latest_valid_step is not None else ""
