@@ -197,6 +197,29 @@ def _asdict_ordered(obj: Any) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class ResumePlan:
+    """How to resume the run, as far as its files show: never a flag its script does not accept.
+
+    ``cwd`` is the one directory every path in ``command`` (and ``checkpoint``, ``script``) is
+    relative to: the run directory as given to autopsy. ``command`` is a shell command, each word
+    quoted for the shell, or None when no command can be proposed; ``note`` then says what to do
+    instead (the script takes no resume option: which checkpoint its loading code should get).
+    ``option`` is the resume option the command sets (``--resume``, ``--init_from=resume``);
+    ``verified`` says the script's own argument parser was read and accepts it; ``source`` where
+    the launch came from (``run.sh:4``, ``train.py``).
+    """
+
+    cwd: str
+    checkpoint: str | None = None
+    command: str | None = None
+    script: str | None = None
+    option: str | None = None
+    verified: bool = False
+    source: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
 class RunSummary:
     """The run as a whole: how far it got and where to resume from.
 
@@ -223,6 +246,8 @@ class RunSummary:
     # Valid checkpoints saved at or after the first non-finite loss step: their weights carry
     # the blow-up, so they are never the resume point (paths relative to the run).
     poisoned_checkpoints: tuple[str, ...] = ()
+    # The resume command (or what to do when none can be proposed); resume_hint is its command.
+    resume: ResumePlan | None = None
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ import re
 from typing import Any
 
 from autopsy.model import ArtifactKind, Finding, RunSummary, Severity
-from autopsy.recovery import clean_checkpoint, full_resume_hint
+from autopsy.recovery import clean_checkpoint
+from autopsy.resume_plan import plan_resume
 
 _TIMED_KINDS = (ArtifactKind.LOG, ArtifactKind.TFEVENTS, ArtifactKind.TRAINER_STATE, ArtifactKind.CHECKPOINT_FILE)
 
@@ -68,8 +69,7 @@ def summarize(run: Any, primary: Finding | None = None, *, display_path: str | N
         seconds_lost = None  # steps were lost but the clocks cannot say how long they took: unknown, not 0 s
     elif seconds_lost is not None and seconds_lost < 0:
         seconds_lost = 0.0
-    hint = safe("resume hint", lambda: full_resume_hint(resume_hint(path, ckpt, _entries(run)), _entries(run))) \
-        if ckpt is not None else None
+    plan = safe("resume command", lambda: plan_resume(run, ckpt, path, _entries(run))) if ckpt is not None else None
 
     return RunSummary(
         path=path,
@@ -81,7 +81,8 @@ def summarize(run: Any, primary: Finding | None = None, *, display_path: str | N
         latest_valid_step=ckpt_step,
         steps_lost=steps_lost,
         seconds_lost=seconds_lost,
-        resume_hint=hint,
+        resume_hint=plan.command if plan is not None else None,
+        resume=plan,
         failure_time=failure_time,
         failure_time_source=failure_source,
         disk_at_analysis=disk_at_analysis(run),
@@ -317,60 +318,8 @@ def step_time(run: Any, step: int, sources: tuple[str, ...] | None = None) -> fl
     return value if _finite(value) else None
 
 
-# Keys of a resume option, as written in launch scripts, argparse dumps and configs
-# (HF Trainer, Lightning/ours ``resume``/``resume_from``, ``ckpt_path``, nanochat, nanoGPT).
-_RESUME_KEYS = ("resume_from_checkpoint", "resume_from", "resume_checkpoint", "ckpt_path", "resume_from_step",
-                "resume", "init_from", "load_checkpoint", "load")
-_FLAG_SOURCES = ("launch_flag", "args_dump")
-
-
 def _entries(run: Any) -> list[Any]:
     return list(getattr(run, "config_entries", None) or ())
-
-
-def resume_hint(run_path: str, ckpt: Any, entries: Any = ()) -> str | None:
-    """How to resume from a checkpoint, naming only options the run really has.
-
-    HF Trainer layout: ``--resume_from_checkpoint DIR``; nanochat layout: its base_train's
-    ``--resume_from_step N``; otherwise the resume option the run's launch script, args dump
-    or config sets (its own spelling), else
-    None (the renderers then say: load the checkpoint with the training script's resume option).
-    An invented flag would make a training script fail on start (argparse).
-    """
-    base = run_path.rstrip("/")
-    full = f"{base}/{ckpt.path}" if base else ckpt.path
-    at = f" (step {ckpt.step})" if ckpt.step is not None else ""
-    if ckpt.layout == "hf":
-        return f"--resume_from_checkpoint {full}"
-    if ckpt.layout == "nanochat" and ckpt.step is not None:
-        return f"--resume_from_step {ckpt.step}"
-    entry = _resume_entry(entries)
-    if entry is not None:
-        leaf = _leaf(entry.raw_key)
-        if entry.source in _FLAG_SOURCES:
-            flag = entry.raw_key if entry.raw_key.startswith("-") else f"--{leaf}"
-            if leaf == "init_from":
-                return f"{flag}=resume (nanoGPT: loads ckpt.pt from out_dir; {full}{at})"
-            if leaf == "resume_from_step":
-                return f"{flag} {ckpt.step}" if ckpt.step is not None else None
-            if isinstance(entry.value, bool) or str(entry.text).strip().lower() in ("", "true", "false"):
-                return f"{flag} (the option this run's launch set; it should pick up {full}{at})"
-            return f"{flag} {full}"
-        where = f"{entry.path}:{entry.line}" if entry.line is not None else entry.path
-        value = "resume" if leaf == "init_from" else (ckpt.step if leaf == "resume_from_step" else full)
-        return f"set {entry.raw_key}: {value} in {where}"
-    return None  # no option known: the renderers say "load <checkpoint> with your script's resume option"
-
-
-def _leaf(raw_key: str) -> str:
-    return raw_key.lstrip("-").rsplit(".", 1)[-1].replace("-", "_").lower()
-
-
-def _resume_entry(entries: Any) -> Any:
-    """The config entry naming a resume option, launch flags and args dumps first."""
-    found = [e for e in entries if _leaf(getattr(e, "raw_key", "") or "") in _RESUME_KEYS]
-    found.sort(key=lambda e: (e.source not in _FLAG_SOURCES, _RESUME_KEYS.index(_leaf(e.raw_key))))
-    return found[0] if found else None
 
 
 def _mtimes_trusted(run: Any) -> bool:

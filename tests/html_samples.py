@@ -25,6 +25,7 @@ from autopsy.model import (
     OutcomeKind,
     ParseStatus,
     Report,
+    ResumePlan,
     RunSummary,
     Severity,
 )
@@ -135,7 +136,10 @@ def disk_full(root: Path) -> tuple[Report, FakeRun]:
     )
     summary = _summary(str(root), last_step=9000, max_steps=20000, latest_valid_checkpoint="checkpoint-8000",
                        latest_valid_step=8000, steps_lost=1000, seconds_lost=3720.0,
-                       resume_hint=f"--resume_from_checkpoint {root}/checkpoint-8000", failure_time=1.7e9 + 9000)
+                       resume_hint="python train.py --resume checkpoint-8000", failure_time=1.7e9 + 9000,
+                       resume=ResumePlan(cwd=str(root), checkpoint="checkpoint-8000",
+                                         command="python train.py --resume checkpoint-8000", script="train.py",
+                                         option="--resume", verified=True, source="train.py"))
     outcomes = (
         *(Outcome(f.rule, OutcomeKind.FIRED, (f,)) for f in findings),
         Outcome("loss.plateau", OutcomeKind.NOT_FIRED),

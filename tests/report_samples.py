@@ -26,12 +26,22 @@ from autopsy.model import (
     OutcomeKind,
     ParseStatus,
     Report,
+    ResumePlan,
     RunSummary,
     Severity,
 )
 
 T0 = 1761282000.0  # 2025-10-24 05:00:00 UTC
 GB = 10**9
+_CMD_8000 = "python train.py --config configs/train.yaml --resume_from_checkpoint checkpoint-8000"
+_CMD_1000 = "python train.py --config configs/train.yaml --resume_from_checkpoint checkpoint-1000"
+
+
+def _resume(cwd: str, ckpt: str) -> ResumePlan:
+    """A resume plan as autopsy.resume_plan makes it for an argparse script taking --resume_from_checkpoint."""
+    return ResumePlan(cwd=cwd, checkpoint=ckpt, command=_CMD_8000 if ckpt.endswith("8000") else _CMD_1000,
+                      script="train.py", option="--resume_from_checkpoint", verified=True, source="train.py",
+                      note="train.py accepts --resume_from_checkpoint (argparse, line 9)")
 
 
 def _outcomes(findings: tuple[Finding, ...], not_evaluated: dict[str, str], not_fired: tuple[str, ...],
@@ -94,7 +104,7 @@ def disk_full() -> Report:
     return Report(
         run=RunSummary(path="runs/exp42", last_step=9000, max_steps=28000, started=T0, ended=ended,
                        latest_valid_checkpoint="checkpoint-8000", latest_valid_step=8000, steps_lost=1000,
-                       seconds_lost=3791.0, resume_hint="--resume_from_checkpoint runs/exp42/checkpoint-8000",
+                       seconds_lost=3791.0, resume_hint=_CMD_8000, resume=_resume("runs/exp42", "checkpoint-8000"),
                        failure_time=ended),
         findings=findings,
         outcomes=_outcomes(findings, {"dist.straggler": "single-process run: no per-rank step times"},
@@ -128,7 +138,7 @@ def nan_loss() -> Report:
     return Report(
         run=RunSummary(path="runs/nan-7b", last_step=2000, max_steps=2000, started=T0, ended=T0 + 8000,
                        latest_valid_checkpoint="checkpoint-1000", latest_valid_step=1000, steps_lost=1000,
-                       seconds_lost=4000.0, resume_hint="--resume_from_checkpoint runs/nan-7b/checkpoint-1000",
+                       seconds_lost=4000.0, resume_hint=_CMD_1000, resume=_resume("runs/nan-7b", "checkpoint-1000"),
                        failure_time=T0 + 5000),
         findings=findings,
         outcomes=_outcomes(findings, {"lr.mismatch": "no configured learning rate found"}, ("disk.full",),

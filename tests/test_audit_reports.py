@@ -21,7 +21,9 @@ from autopsy.parsers.types import Checkpoint, ChildFailure, ConfigEntry, LogScan
 from autopsy.report.append import append_entries
 from autopsy.report.markdown import render_entries, run_identity
 from autopsy.report.terminal import render_terminal
-from autopsy.summary import resume_hint, summarize
+from autopsy.resume_plan import plan_resume
+from autopsy.run import load_run
+from autopsy.summary import summarize
 
 OLD = 1715680800.0  # 2024-05-14 10:00:00 UTC
 
@@ -112,19 +114,23 @@ def _entry(raw: str, value: object, source: str, path: str = "run.sh", key: str 
     return ConfigEntry(key=key or leaf, raw_key=raw, value=value, text=str(value), path=path, line=3, source=source)
 
 
-def test_resume_hint_only_names_options_the_run_has() -> None:
+def test_resume_option_named_only_when_the_run_shows_it(tmp_path: Path) -> None:
+    run = load_run(tmp_path)  # no launch script, no training script: only what the entries show
     loose = _ckpt("ckpt/step_2000.pt", 2000, "loose")
-    assert resume_hint("runs/x", loose) is None
-    assert resume_hint("runs/x", loose, [_entry("--resume_from", "none", "launch_flag")]) \
-        == "--resume_from runs/x/ckpt/step_2000.pt"
-    assert resume_hint("runs/x", loose, [_entry("resume_from_step", 0, "args_dump", "args.json")]) \
-        == "--resume_from_step 2000"
-    assert resume_hint("runs/x", loose, [_entry("init_from", "scratch", "args_dump", "args.json")]).startswith(
-        "--init_from=resume")
-    assert resume_hint("runs/x", loose, [_entry("train.resume_from", None, "yaml", "cfg.yaml")]) \
-        == "set train.resume_from: runs/x/ckpt/step_2000.pt in cfg.yaml:3"
-    assert resume_hint("runs/x", _ckpt("base_checkpoints/d4/model_000500", 500, "nanochat")) \
-        == "--resume_from_step 500"
+    plan = plan_resume(run, loose, "runs/x")
+    assert plan.command is None and plan.option is None and "not in the run directory" in (plan.note or "")
+    plan = plan_resume(run, loose, "runs/x", [_entry("--resume_from", "none", "launch_flag")])
+    assert plan.command is None and plan.option == "--resume_from"
+    assert plan.note is not None and plan.note.endswith("takes --resume_from: give it ckpt/step_2000.pt")
+    plan = plan_resume(run, loose, "runs/x", [_entry("resume_from_step", 0, "args_dump", "args.json")])
+    assert plan.note is not None and plan.note.endswith("give it 2000")
+    plan = plan_resume(run, loose, "runs/x", [_entry("init_from", "scratch", "args_dump", "args.json")])
+    assert plan.note is not None and plan.note.endswith("give it resume")
+    # a config key is not a command-line option: no flag is made of it
+    plan = plan_resume(run, loose, "runs/x", [_entry("train.resume_from", None, "yaml", "cfg.yaml")])
+    assert plan.option is None
+    nanochat = plan_resume(run, _ckpt("base_checkpoints/d4/model_000500", 500, "nanochat"), "runs/x")
+    assert nanochat.command is None and "--resume_from_step" not in (nanochat.note or "")
 
 
 def test_plain_loop_checkpoint_gets_words_not_a_flag(tmp_path: Path) -> None:
@@ -141,7 +147,8 @@ def test_plain_loop_checkpoint_gets_words_not_a_flag(tmp_path: Path) -> None:
     md = "".join(t for _, t in render_entries(report, samples.CATALOG))
     assert "--resume_from_step" not in md
     assert report.run.latest_valid_checkpoint == "ckpt/step_2000.pt" and report.run.resume_hint is None
-    assert "resume: load ckpt/step_2000.pt (step 2,000) with your training script's resume option" in text
+    assert "resume: the training script is not in the run directory, so no resume flag is proposed: pass " \
+        "ckpt/step_2000.pt" in text
 
 
 # ------------------------------------------------------------------ 5. failure time

@@ -9,7 +9,7 @@ from engine_helpers import FakeDiscovery, FakeRun
 
 from autopsy.model import Artifact, ArtifactKind, Confidence, Finding, Severity
 from autopsy.parsers.types import Checkpoint, LogScan
-from autopsy.summary import resume_hint, summarize
+from autopsy.summary import summarize
 
 
 def ckpt(path: str, step: int | None, layout: str = "hf", mtime: float = 5000.0) -> Checkpoint:
@@ -38,7 +38,7 @@ def test_hf_run_with_checkpoint_and_failure_time() -> None:
     assert (s.latest_valid_checkpoint, s.latest_valid_step) == ("checkpoint-8000", 8000)
     assert s.steps_lost == 1000
     assert s.seconds_lost == 160.0  # failure at 1960, step 8000 reached at 1800 (from the series, not mtime)
-    assert s.resume_hint == "--resume_from_checkpoint runs/exp42/checkpoint-8000"
+    assert s.resume_hint is None  # no training script to read: no flag is invented
     assert s.failure_time == 1960.0
 
 
@@ -48,7 +48,7 @@ def test_checkpoint_mtime_used_when_series_has_no_times() -> None:
                                 last_wall_time=4500.0)])
     s = summarize(run, None)
     assert s.steps_lost == 50 and s.seconds_lost == 500.0
-    assert s.resume_hint == "--resume_from_step 250"
+    assert s.resume_hint is None
     assert s.failure_time is None
 
 
@@ -82,8 +82,3 @@ def test_broken_view_is_a_problem_not_a_crash() -> None:
     s = summarize(Broken(last_step=5), None, problems=problems)
     assert s.last_step == 5 and s.latest_valid_checkpoint is None
     assert problems == ["run summary: checkpoints: RuntimeError: checkpoint parser bug"]
-
-
-def test_resume_hint_layouts() -> None:
-    assert resume_hint("runs/x/", ckpt("out/checkpoint-5", 5)) == "--resume_from_checkpoint runs/x/out/checkpoint-5"
-    assert resume_hint("runs/x", ckpt("model.pt", None, "loose")) is None

@@ -8,7 +8,6 @@ import math
 from pathlib import Path
 
 import autopsy
-from autopsy.recovery import resume_command
 from autopsy.report.html import render_html
 from autopsy.report.markdown import render_markdown
 from autopsy.report.terminal import render_terminal
@@ -64,20 +63,6 @@ def test_no_nan_keeps_latest_checkpoint(tmp_path: Path) -> None:
     assert run.poisoned_checkpoints == ()
 
 
-def test_resume_command_appends_or_replaces_flag() -> None:
-    cmd = "torchrun --nproc_per_node 8 train.py --lr 3e-4 --output_dir out"
-    assert resume_command(cmd, "--resume_from_checkpoint out/checkpoint-1500") == (
-        cmd + " --resume_from_checkpoint out/checkpoint-1500")
-    old = "python train.py --resume_from_checkpoint out/checkpoint-500 --lr 1e-4"
-    assert resume_command(old, "--resume_from_checkpoint out/checkpoint-1500") == (
-        "python train.py --resume_from_checkpoint out/checkpoint-1500 --lr 1e-4")
-    eq = "python train.py --resume_from_checkpoint=out/checkpoint-500"
-    assert resume_command(eq, "--resume_from_checkpoint out/checkpoint-1500") == (
-        "python train.py --resume_from_checkpoint out/checkpoint-1500")
-    # not a flag (config advice, words): no command
-    assert resume_command(cmd, "set resume: x in a.yaml:3") is None
-
-
 def test_launch_script_gives_full_resume_command(tmp_path: Path) -> None:
     root = tmp_path / "run"
     (root / "out/checkpoint-1500").mkdir(parents=True)
@@ -89,8 +74,12 @@ def test_launch_script_gives_full_resume_command(tmp_path: Path) -> None:
     (root / "train.log").write_text("step 1600\nTraceback (most recent call last):\n"
                                     "  File \"train.py\", line 3, in <module>\n"
                                     "RuntimeError: boom\n")
+    # train.py is not in the run directory: its flags are unknown, so none is invented
     report = autopsy.analyze(root)
-    hint = report.run.resume_hint
-    assert hint is not None, render_terminal(report)
-    assert hint.startswith("torchrun --nproc_per_node 8 train.py --output_dir out --lr 3e-4 --resume_from_checkpoint ")
-    assert hint.endswith("/out/checkpoint-1500")
+    assert report.run.resume_hint is None, render_terminal(report)
+    (root / "train.py").write_text("import argparse\np = argparse.ArgumentParser()\np.add_argument('--output_dir')\n"
+                                   "p.add_argument('--lr', type=float)\np.add_argument('--resume_from_checkpoint')\n"
+                                   "a = p.parse_args()\nprint(a.resume_from_checkpoint)\n")
+    hint = autopsy.analyze(root).run.resume_hint
+    assert hint == ("torchrun --nproc_per_node 8 train.py --output_dir out --lr 3e-4 "
+                    "--resume_from_checkpoint out/checkpoint-1500")

@@ -65,7 +65,8 @@ def test_disk_full_entry_is_specialised_with_facts() -> None:
     # 8 checkpoints of 2.55 GB + the 0.12 GB half-written one, all but checkpoint-8000
     assert "delete the other 7 complete checkpoint directories" in md and "frees 17.6 GB" in md
     assert "delete `checkpoint-9000` too: it cannot be resumed from" in md
-    assert "Resume with `--resume_from_checkpoint runs/exp42/checkpoint-8000`" in md
+    assert ("Resume, from `runs/exp42`: `python train.py --config configs/train.yaml --resume_from_checkpoint "
+            "checkpoint-8000`") in md
     assert "- `configs/train.yaml` (line 12): `save_total_limit: 3`" in md  # Files Changed
     assert "<https://huggingface.co/docs/transformers/" in md  # card references
     assert "autopsy fingerprint: `disk.full:" in md
@@ -105,7 +106,8 @@ def test_terminal_verdict_and_sections() -> None:
     assert first.startswith("runs/exp42: CRITICAL disk.full at step 9,000, 2025-10-24 14:03:11 UTC: ")
     for section in ("Findings (3)", "Recovery", "Not evaluated (1)", "Unreadable, skipped or empty (1)"):
         assert section in text
-    assert "resume: --resume_from_checkpoint runs/exp42/checkpoint-8000" in text
+    assert "resume, run from runs/exp42:\n    python train.py --config configs/train.yaml --resume_from_checkpoint " \
+        "checkpoint-8000\n" in text
     assert "lost since the checkpoint: 1,000 steps, 1h 03m" in text
     assert "\x1b" not in text
 

@@ -171,3 +171,31 @@ def _is_flag(word: str) -> bool:
 def _entry(flag: str, text: str, rel_path: str, line: int) -> ConfigEntry:
     value = parse_value(text)
     return ConfigEntry(canonical_key(flag, value), flag, value, text, rel_path, line, SOURCE)
+
+
+def launch_commands(text: str) -> list[tuple[int, list[str], list[tuple[str, str]]]]:
+    """Each training command of a shell script: (line, its words from the launcher on, the
+    variables set before it: ``export X=1`` lines and ``X=1 python ...`` prefixes, in order).
+
+    Words are as the shell splits them (quotes removed); redirections and what follows a
+    control operator are not part of the command.
+    """
+    out: list[tuple[int, list[str], list[tuple[str, str]]]] = []
+    env: list[tuple[str, str]] = []
+    for first, segments in _logical_lines(text.splitlines()[:_MAX_LINES]):
+        stripped = segments[0][1].strip()
+        if stripped.startswith("#") or not stripped:
+            continue
+        words = [w for w, _ in _tokens(segments)]
+        i = 1 if words[:1] == ["export"] else 0
+        inline: list[tuple[str, str]] = []
+        while i < len(words) and (m := _ENV.match(words[i])):
+            inline.append((m.group("name"), m.group("value")))
+            i += 1
+        rest = [(w, first) for w in words[i:]]
+        start = _launcher_index(rest)
+        if start is None:
+            env.extend(inline)
+            continue
+        out.append((first, words[i:], [*env, *inline]))
+    return out

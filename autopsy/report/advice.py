@@ -17,7 +17,7 @@ from typing import Any
 
 from autopsy.model import ArtifactKind, Evidence, Finding, Report
 from autopsy.report.common import fmt_bytes, fmt_value
-from autopsy.report.sanitize import md_code
+from autopsy.report.sanitize import md_code, md_text
 
 _CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml", ".cfg", ".ini", ".sh", ".bash", ".slurm", ".sbatch")
 _STEP_IN_NAME = re.compile(r"(\d+)(?!.*\d)")
@@ -158,9 +158,11 @@ def limit_step(report: Report, related: list[Finding]) -> str | None:
 
 
 def resume_step(report: Report) -> str | None:
-    hint = report.run.resume_hint
-    if hint:
-        return f"Resume with {md_code(hint)}."
+    plan = report.run.resume
+    if plan is not None and plan.command:
+        return f"Resume, from {md_code(plan.cwd)}: {md_code(plan.command)}."
+    if plan is not None and plan.note:
+        return f"Resume: {md_text(plan.note)}."
     if report.run.latest_valid_checkpoint:
         step = f" (step {report.run.latest_valid_step:,})" if report.run.latest_valid_step is not None else ""
         return (f"Resume: load {md_code(report.run.latest_valid_checkpoint)}{step} with your training script's "

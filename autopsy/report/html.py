@@ -210,8 +210,11 @@ def _verdict(report: Report, primary: Finding | None) -> dict[str, Any]:
         lost.append(d)
     if lost:
         recovery.append(("Work lost", " · ".join(lost)))
-    if rs.resume_hint:
-        recovery.append(("Command", rs.resume_hint))
+    if rs.resume is not None and rs.resume.command:
+        recovery.append(("Run from", rs.resume.cwd))
+        recovery.append(("Command", rs.resume.command))
+    elif rs.resume is not None and rs.resume.note:
+        recovery.append(("Resume", rs.resume.note))
 
     empty = nothing_readable(report) if primary is None else None
     if empty is not None:

@@ -25,6 +25,7 @@ from autopsy.model import (
     OutcomeKind,
     ParseStatus,
     Report,
+    ResumePlan,
     RunSummary,
     Severity,
 )
@@ -35,6 +36,7 @@ _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _RUN_FIELDS = ("path", "last_step", "max_steps", "started", "ended", "latest_valid_checkpoint",
                "latest_valid_step", "steps_lost", "seconds_lost", "resume_hint", "failure_time",
                "failure_time_source", "disk_at_analysis")
+_RESUME_FIELDS = ("cwd", "checkpoint", "command", "script", "option", "verified", "source", "note")
 _EVIDENCE_FIELDS = ("path", "line", "line_end", "excerpt", "tag", "step", "step_end", "detail", "rank")
 
 
@@ -111,7 +113,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         "autopsy_version": report.autopsy_version,
         "run": {name: _run_value(getattr(run, name)) for name in _RUN_FIELDS}
         # optional, absent when empty: older reports and readers keep their shape
-        | ({"poisoned_checkpoints": list(run.poisoned_checkpoints)} if run.poisoned_checkpoints else {}),
+        | ({"poisoned_checkpoints": list(run.poisoned_checkpoints)} if run.poisoned_checkpoints else {})
+        | ({"resume": {k: getattr(run.resume, k) for k in _RESUME_FIELDS}} if run.resume is not None else {}),
         "verdict": None if top is None else {
             "rule": top.rule, "severity": str(top.severity), "message": top.message,
             "step": top.step,
@@ -190,8 +193,10 @@ def report_from_dict(data: Mapping[str, Any]) -> Report:
         raise ReportFormatError(f"unsupported schema_version {version!r} (this autopsy reads 1..{SCHEMA_VERSION})")
     try:
         run_d = data["run"]
+        resume = run_d.get("resume")
         run = RunSummary(**{k: run_d.get(k) for k in _RUN_FIELDS if k != "path"}, path=str(run_d["path"]),
-                         poisoned_checkpoints=tuple(str(p) for p in run_d.get("poisoned_checkpoints") or ()))
+                         poisoned_checkpoints=tuple(str(p) for p in run_d.get("poisoned_checkpoints") or ()),
+                         resume=_resume_from_dict(resume))
         findings = tuple(_finding_from_dict(f) for f in data.get("findings") or ())
         by_rule: dict[str, list[Finding]] = {}
         for f in findings:
@@ -225,6 +230,19 @@ def report_from_dict(data: Mapping[str, Any]) -> Report:
                   problems=tuple(str(p) for p in data.get("problems") or ()),
                   autopsy_version=str(data.get("autopsy_version") or ""),
                   series=_from_json_value(dict(series)) if isinstance(series, Mapping) else None)
+
+
+def _resume_from_dict(d: Any) -> ResumePlan | None:
+    if not isinstance(d, Mapping) or not isinstance(d.get("cwd"), str):
+        return None
+
+    def text(k: str) -> str | None:
+        v = d.get(k)
+        return v if isinstance(v, str) else None
+
+    return ResumePlan(cwd=d["cwd"], checkpoint=text("checkpoint"), command=text("command"), script=text("script"),
+                      option=text("option"), verified=d.get("verified") is True, source=text("source"),
+                      note=text("note"))
 
 
 def reports_from_text(text: str) -> list[Report]:

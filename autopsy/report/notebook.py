@@ -42,7 +42,9 @@ def report_repr_html(report: Report) -> str:
     if run.latest_valid_checkpoint or run.resume_hint:
         rec = (f"<p><b>Recovery:</b> latest valid checkpoint <code>{_e(run.latest_valid_checkpoint or 'none')}</code>;"
                f" lost {_e(lost_work(report))}"
-               + (f"; resume with <code>{_e(run.resume_hint)}</code>" if run.resume_hint else "") + "</p>")
+               + (f"; resume, from <code>{_e(run.resume.cwd)}</code>, with <code>{_e(run.resume.command)}</code>"
+                  if run.resume is not None and run.resume.command else
+                  f"; resume: {_e(run.resume.note)}" if run.resume is not None and run.resume.note else "") + "</p>")
     notes = []
     if report.not_evaluated:
         notes.append(f"{len(report.not_evaluated)} rules not evaluated: "

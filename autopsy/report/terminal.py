@@ -153,8 +153,11 @@ def _recovery_lines(report: Report) -> list[str]:
             if top.step is not None and not (run.poisoned_checkpoints and not run.latest_valid_checkpoint) else ""
         out.append(f"  fix {top.rule} before restarting{since}: resuming as it is repeats the problem")
         out += _restart_point(report, top)
-    elif run.resume_hint:
-        out.append(f"  resume: {strip_terminal(run.resume_hint, one_line=True)}")
+    elif run.resume is not None and run.resume.command:
+        out.append(f"  resume, run from {strip_terminal(run.resume.cwd, one_line=True)}:")
+        out.append(f"    {strip_terminal(run.resume.command, one_line=True)}")
+    elif run.resume is not None and run.resume.note:
+        out.append(f"  resume: {strip_terminal(run.resume.note, one_line=True)}")
     elif run.latest_valid_checkpoint:
         out.append(f"  resume: {strip_terminal(resume_words(report), one_line=True)}")
     return out
