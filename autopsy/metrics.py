@@ -2,7 +2,8 @@
 
 Rules ask for ``loss`` or ``lr``; TensorBoard says ``train/loss``, trainer_state says
 ``loss``, nanochat says ``lrm``. ``canonical_metric`` maps a raw tag to one canonical name
-(or ``None`` when the tag is not one rules know).
+(or ``None`` when the tag is not one rules know); ``split_of`` says which data split a tag
+is measured on (``eval_loss`` -> "eval", ``val/acc`` -> "val", ``train_loss`` -> "train").
 """
 
 from __future__ import annotations
@@ -57,3 +58,35 @@ def canonical_metric(tag: str) -> str | None:
             if pattern.match(candidate):
                 return name
     return None
+
+
+TRAIN, EVAL, VAL, TEST = "train", "eval", "val", "test"
+SPLITS = (TRAIN, EVAL, VAL, TEST)
+_SPLIT_WORDS = {
+    "train": TRAIN, "training": TRAIN, "trn": TRAIN,
+    "eval": EVAL, "evaluation": EVAL, "evaluate": EVAL,
+    "val": VAL, "valid": VAL, "validation": VAL, "validate": VAL, "dev": VAL,
+    "test": TEST, "testing": TEST, "tst": TEST,
+}
+_WORDS = re.compile(r"[a-z]+")
+_CONTAINERS = frozenset({"metrics", "charts", "scalars", "epoch", "step", "iter", "loss", "mean", "avg"})
+
+
+@lru_cache(maxsize=4096)
+def split_of(tag: str) -> str:
+    """The data split a tag names, one of :data:`SPLITS`, or "" when the tag does not say.
+
+    The split is a whole word of the tag's first component or its last one (after container
+    prefixes such as ``metrics/``): ``eval_loss``, ``val/acc``, ``loss/val``, ``test_accuracy``,
+    ``train_loss_epoch``, ``valid_nll`` (Lightning, Keras ``val_loss``, HF ``eval_*``/``test_*``,
+    TensorBoard ``eval/loss``). Words inside other words do not count (``latest``, ``interval``).
+    """
+    words = _WORDS.findall(tag.lower())
+    if not words:
+        return ""
+    lead = [w for w in words[:3] if w not in _CONTAINERS]
+    for w in (lead[0] if lead else "", words[-1]):
+        got = _SPLIT_WORDS.get(w)
+        if got is not None:
+            return got
+    return ""

@@ -311,7 +311,9 @@ class Run:
 
         Columns: ``source`` ("tensorboard", "trainer_state", "log"), ``path`` (the file),
         ``tag`` (as written), ``metric`` (canonical name such as "loss", "lr", "grad_norm",
-        or None), ``step`` (Int64), ``wall_time`` (float unix seconds, NaN when unknown),
+        or None), ``split`` ("train", "eval", "val", "test", or "" when the tag and its source
+        do not say: ``eval_loss`` is "eval", ``val/acc`` "val", an unprefixed trainer_state key
+        "train"), ``step`` (Int64), ``wall_time`` (float unix seconds, NaN when unknown),
         ``value`` (float64, NaN/inf kept), ``rank`` (Int64, NA when not per-rank).
         """
         from autopsy.run_frames import scalars_frame

@@ -12,14 +12,25 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from autopsy.metrics import canonical_metric
+from autopsy.metrics import EPOCH, TRAIN, canonical_metric, split_of
 from autopsy.model import Artifact
 from autopsy.parsers.types import Checkpoint, ConfigEntry, LogScan, Traceback, TrainerState
 
 if TYPE_CHECKING:
     import pandas as pd
 
-SCALAR_COLUMNS = ("source", "path", "tag", "metric", "step", "wall_time", "value", "rank")
+SCALAR_COLUMNS = ("source", "path", "tag", "metric", "split", "step", "wall_time", "value", "rank")
+
+
+def splits_of(tags: pd.Series, sources: pd.Series) -> pd.Series:
+    """The ``split`` column: what each tag names (:func:`~autopsy.metrics.split_of`), else ""; an
+    unprefixed trainer_state tag other than ``epoch`` is "train" (HF prefixes eval_/test_ keys only)."""
+    mapping = {t: split_of(t) for t in tags.unique()}
+    split = tags.map(mapping)
+    if len(sources):
+        default = (sources == "trainer_state") & (split == "") & (tags.map(canonical_metric) != EPOCH)
+        split = split.mask(default, TRAIN)
+    return split.astype(object)
 
 
 def scalars_frame(tfevents: Sequence[tuple[str, pd.DataFrame]], trainer_state: TrainerState | None,
@@ -51,6 +62,7 @@ def scalars_frame(tfevents: Sequence[tuple[str, pd.DataFrame]], trainer_state: T
     tags = df["tag"].astype(str)
     mapping = {t: canonical_metric(t) for t in tags.unique()}
     df["metric"] = tags.map(mapping)
+    df["split"] = splits_of(tags, df["source"].astype(str))
     df["step"] = pd.to_numeric(df["step"], errors="coerce").astype("Int64")
     df["rank"] = pd.to_numeric(df["rank"], errors="coerce").astype("Int64")
     df["wall_time"] = pd.to_numeric(df["wall_time"], errors="coerce").astype("float64")
@@ -183,6 +195,7 @@ def _empty_scalars() -> pd.DataFrame:
             "path": pd.Series([], dtype="object"),
             "tag": pd.Series([], dtype="object"),
             "metric": pd.Series([], dtype="object"),
+            "split": pd.Series([], dtype="object"),
             "step": pd.Series([], dtype="Int64"),
             "wall_time": pd.Series([], dtype="float64"),
             "value": pd.Series([], dtype="float64"),

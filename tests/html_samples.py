@@ -30,6 +30,7 @@ from autopsy.model import (
     Severity,
 )
 from autopsy.parsers.types import Checkpoint, DiskUsage
+from autopsy.run_frames import splits_of
 
 XSS = "<script>alert(1)</script>"
 TEMPLATE_INJECTION = "{{7*7}}"
@@ -55,6 +56,7 @@ class FakeRun:
 def frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
     """A scalars frame from (source, path, tag, metric, step, wall_time, value, rank) rows."""
     df = pd.DataFrame(rows, columns=["source", "path", "tag", "metric", "step", "wall_time", "value", "rank"])
+    df.insert(4, "split", splits_of(df["tag"].astype(str), df["source"].astype(str)))
     df["step"] = df["step"].astype("Int64")
     df["rank"] = pd.to_numeric(df["rank"], errors="coerce").astype("Int64")
     df["wall_time"] = df["wall_time"].astype("float64")

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from autopsy.report.charts import SOURCE_ORDER, minmax_indices, sorted_points
+from autopsy.run_frames import splits_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -133,6 +134,7 @@ def series_frame(series: Mapping[str, Any]) -> pd.DataFrame:
         cols["value"].extend(float(v) for v in values[:n])
         cols["wall_time"].extend([math.nan] * n)
     frame = pd.DataFrame(cols)
+    frame.insert(4, "split", splits_of(frame["tag"].astype(str), frame["source"].astype(str)))
     frame["step"] = pd.to_numeric(frame["step"], errors="coerce").astype("Int64")
     frame["rank"] = pd.to_numeric(frame["rank"], errors="coerce").astype("Int64")
     frame["value"] = frame["value"].astype("float64")
