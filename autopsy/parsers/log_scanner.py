@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections import deque
 
+from autopsy.parsers import log_metrics
 from autopsy.parsers import log_text as lt
 from autopsy.parsers.log_child_failures import ChildFailureTracker
 from autopsy.parsers.log_config import TRIGGERS as CONFIG_TRIGGERS
@@ -30,6 +31,7 @@ from autopsy.parsers.log_series import (
     parse_step_line,
 )
 from autopsy.parsers.log_tracebacks import HEADER, TracebackTracker
+from autopsy.parsers.metric_reader import MetricReader
 from autopsy.parsers.types import LogScan
 
 HEAD_LINES = 20
@@ -74,6 +76,12 @@ class LogScanner(BlockContext):
         self.cf = ChildFailureTracker(rel_path)
         self.cfg = LogConfigTracker(rel_path)
         self.epoch_guard = EpochStepGuard()
+        self.size = size
+        self.reader = MetricReader()  # open-world metric lines (log_metrics), learnt from the first block
+        self.reader_learnt = False
+        self.reader_count = 0
+        self.metric_finder: LiteralFinder | None = None
+        self.max_epochs_seen: int | None = None
         self.after_gap = False  # reading the tail after a skipped middle (max_bytes)
         self.series = SeriesStore()
         # learnt dict layouts, with the store's tag ids and the bar + dict regex (log_fast)
@@ -151,6 +159,8 @@ class LogScanner(BlockContext):
             entries.extend(p << 3 | _PAT for p in self.compiled.finder_icase.positions(buf.lower()))
         for finder in _TRIGGERS:
             entries.extend(p << 3 | _TRIG for p in finder.positions(buf))
+        if self.metric_finder is not None:
+            entries.extend(p << 3 | _TRIG for p in self.metric_finder.positions(buf))
         i = buf.find(b"\x1b")
         while i >= 0:
             entries.append(i << 3 | _TRIG)
@@ -197,6 +207,7 @@ class LogScanner(BlockContext):
 
     def _first_block(self, buf: bytes) -> None:
         self.first_buf = False
+        log_metrics.learn(self, buf, self.size)
         first_lines = buf[: 1 << 20].split(b"\n", 200)[:200]
         self.label_mode = lt.detect_label_mode(first_lines)
         for raw in first_lines:
@@ -241,7 +252,7 @@ class LogScanner(BlockContext):
         every = self.compiled.every_segment
         ne = len(entries)
         while True:
-            if every or self.tb.active or self.cf.active or self.cfg.active:
+            if every or self.tb.active or self.cf.active or self.cfg.active or self.reader.active:
                 if done >= n:
                     break
                 e = self._seg_end(done)
@@ -289,13 +300,16 @@ class LogScanner(BlockContext):
                     self.hits.add(make_hit(p.key, self.rel, lineno, self._offset(s), text, m, hit_rank, wall, step,
                                            wall_line, wall_step))
         if flags & _TRIG or slow:
+            taken = False
             if "{" in text:
-                keys = self._dict_line(text, lineno, rank, e)
+                keys, taken = self._dict_line(text, lineno, rank, e)
                 if keys is not None and rank is None and raw[:1] == b"{" and len(self.templates) < MAX_TEMPLATES:
                     self._learn(keys, raw, text)
             low = text.lower() if ("t" in text or "T" in text) else ""
-            if low and ("step" in low or "iter" in low or ("Epoch" in text and "[" in text)):
-                self._step_line(text, lineno, rank, e)
+            if not taken and low and ("step" in low or "iter" in low or ("Epoch" in text and "[" in text)):
+                taken = self._step_line(text, lineno, rank, e)
+            if not taken:
+                log_metrics.read_segment(self, text, lineno, rank, e)
             if self.cfg.active or " = " in text or "Overriding" in text or "*****" in text:
                 self.cfg.feed(lineno, text)
             if slow or HEADER[:30] in text or "above exception" in text:
@@ -342,10 +356,11 @@ class LogScanner(BlockContext):
                                                              for t, _, _ in self.templates):
             self.templates.append((tpl, self.series.tag_ids(tpl.keys), combo(tpl.rx)))
 
-    def _dict_line(self, text: str, lineno: int, rank: int | None, e: int) -> list[str] | None:
+    def _dict_line(self, text: str, lineno: int, rank: int | None, e: int) -> tuple[list[str] | None, bool]:
+        """(keys to learn a template from, whether the segment was a metrics dict)."""
         parsed = parse_dict_record(text)
         if parsed is None:
-            return None
+            return None, False
         keys, values, own_step = parsed
         self._advance_bars(e)
         is_train = "loss" in keys
@@ -362,12 +377,12 @@ class LogScanner(BlockContext):
             if is_train:
                 self.cur_step = step
         self.series.add_line(keys, values, step, lineno, self._wall_at(e), rank)
-        return keys if own_step is None else None
+        return (keys if own_step is None else None), True
 
-    def _step_line(self, text: str, lineno: int, rank: int | None, e: int) -> None:
+    def _step_line(self, text: str, lineno: int, rank: int | None, e: int) -> bool:
         sl = parse_step_line(text)
         if sl is None:
-            return
+            return False
         self._advance_bars(e)
         step = self.epoch_guard.step(sl)  # None once steps are seen to restart every epoch
         self.cur_step = step
@@ -376,6 +391,7 @@ class LogScanner(BlockContext):
             self.max_steps_seen = sl.total
         self.series.add_line([k for k, _ in sl.values], [v for _, v in sl.values], step, lineno,
                              self._wall_at(e), rank)
+        return True
 
     def skip_middle(self, tail_start: int, middle_lines: int) -> None:
         """Continue at file offset ``tail_start`` after ``middle_lines`` unread lines (max_bytes):
@@ -408,6 +424,7 @@ class LogScanner(BlockContext):
         scan.last_wall_time = self.last_wall
         scan.last_step = self.cur_step
         scan.max_steps_seen = self.max_steps_seen
+        scan.max_epochs_seen = self.max_epochs_seen
         # no real step ever seen: every step given was a dict ordinal. (Ordinals before a later
         # bar or step line stay as they are: rare, and the real steps after them are right.)
         scan.steps_inferred = self.counted and self.step_pos < 0

@@ -43,7 +43,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from autopsy.model import ParseStatus
-from autopsy.parsers import log_blocks, log_parallel, log_window
+from autopsy.parsers import log_blocks, log_metrics, log_parallel, log_window
 from autopsy.parsers.log_blocks import ByteCounter, chain, feed, read_blocks, transcode, utf16_kind
 from autopsy.parsers.log_match import CompiledPatterns, compile_patterns, reference_hits
 from autopsy.parsers.log_scanner import LogScanner
@@ -97,6 +97,8 @@ def _scan(fs_path: Path, rel_path: str, compiled: CompiledPatterns, max_bytes: i
             scanner.note = f"decoded as {kind.upper()}; offsets count UTF-8 bytes"
         else:
             stream = chain(first, counted)
+        if not kind:
+            log_metrics.learn(scanner, first, st.st_size)  # before a parallel child copies the scanner
         notes = [scanner.note] if scanner.note else []
         par = None
         if window is None and log_parallel.usable(st.st_size, limit):
@@ -106,7 +108,10 @@ def _scan(fs_path: Path, rel_path: str, compiled: CompiledPatterns, max_bytes: i
                 counted.it = chain(first, read_blocks(fd, par.chunk_start - len(first)))
                 counted.total = 0
                 def make() -> LogScanner:
-                    return LogScanner(rel_path, compiled, rank, st.st_size, year)
+                    sc = LogScanner(rel_path, compiled, rank, st.st_size, year)
+                    sc.reader_learnt, sc.metric_finder = True, scanner.metric_finder
+                    sc.reader.templates, sc.reader.enabled = scanner.reader.templates, scanner.reader.enabled
+                    return sc
 
                 unterminated, extra = log_parallel.scan(fd, scanner, limit, make, counted, par, log_blocks.BLOCK)
                 counted.total += extra

@@ -147,6 +147,7 @@ class LogScan:
     last_wall_time: float | None = None
     last_step: int | None = None
     max_steps_seen: int | None = None  # e.g. from "step 250/3520" or "| 250/3520 ["
+    max_epochs_seen: int | None = None  # e.g. from Keras "Epoch 3/60" or "Epoch [3/10]"
     binary_fraction: float = 0.0  # share of NUL / undecodable bytes in what was read
     config: list[ConfigEntry] = field(default_factory=list)  # configuration the program printed
     # max_bytes read the head and the tail: line numbers from this one on are estimated (~)

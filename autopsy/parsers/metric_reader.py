@@ -1,0 +1,283 @@
+"""The open-world text metric reader: known styles first, then a file's own recurring templates.
+
+Two layers (DESIGN.md, "Reading the open world"):
+
+* **Known styles** (:mod:`metric_styles`, declared in ``metric_styles.yaml``): Keras, HF
+  ``***** eval metrics *****`` blocks, W&B ``Run summary:``, Caffe, fairseq, Megatron, YOLO
+  tables, ``Epoch [3/10], Step [100/600]``... Their anchors are literals the log scanner
+  searches for; a block or table style keeps the scanner reading every line until it closes.
+* **Learnt templates**: :meth:`MetricReader.learn` reads the head of a file (up to
+  ``LEARN_LINES`` lines / ``LEARN_BYTES``), masks every number, groups lines by the template
+  left, and keeps a template that recurs (the same loss every epoch is a plateau, not a banner) and whose keys look like
+  metrics (:func:`metric_like`): a style nobody listed is read as a series family. Each kept
+  template gives the scanner one anchor (its longest metric-like key).
+
+Besides those, a line with a step axis (``step``/``iter``/``epoch``...) or a stated split
+(``Validation:``, ``Test set:``) and a metric-like key is read once. A line that looks like
+a configuration dump (several ``key=text`` settings, ``Namespace(``) never is, and neither are
+timestamps, versions, paths or progress-bar counters (masked by :mod:`metric_values`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from autopsy.metrics import DATA_TIME, STEP_TIME, canonical_metric, split_of
+from autopsy.parsers.metric_styles import Style, styles
+from autopsy.parsers.metric_values import (
+    _BARE,
+    _PROSE,
+    clean_key,
+    is_step_key,
+    mask,
+    pairs,
+    split_word,
+    step_of,
+    to_float,
+)
+
+LEARN_LINES = 4000
+LEARN_BYTES = 1 << 20
+MIN_REPEATS = 2
+MAX_TEMPLATES = 16
+TABLE_PATIENCE = 400  # lines without a row before a table style stops reading every line
+
+_METRIC_WORD = re.compile(
+    r"(?i)loss|acc|ppl|perplex|bleu|(?<![a-z])f1|auc|(?<![a-z])map|iou|error|score|reward|return|(?<![a-z])lr(?![a-z])"
+    r"|learning.rate|norm|precision|recall|(?<![a-z])[wc]er(?![a-z])|rouge|(?<![a-z])kl(?![a-z])|entropy|nll|mse|mae"
+    r"|dice|top-?[15]|psnr|ssim|(?<![a-z])fid(?![a-z])|bpb|bpc"
+)
+_CONFIG_LIKE = re.compile(r"Namespace\(|[\w.]+=(?:['\"]|True\b|False\b|None\b|[A-Za-z])")
+# settings, not measurements: a line assigning one of these is a configuration line
+_CONFIG_KEY = re.compile(r"(?i)(?<![\w/])(?:max_|min_|num_|n_)\w+\s*[=:]|(?<![\w/])(?:warmup\w*|schedul\w*|vocab\w*"
+                         r"|seed|batch_size|epochs|hidden_size|d_model|params)\s*[=:]")
+_NUMBERS = re.compile(r"(?<![A-Za-z_])" + _BARE + r"(?![A-Za-z_])")
+_RANK_LABEL = re.compile(r"^(?:\[#\]|#:)\s+")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def metric_like(key: str) -> bool:
+    """Does a key name a measured quantity (loss, accuracy, lr, a norm, a score...)? Not prose
+    around a number ("reducing loss scale to", "Skipping step. Attempted loss scale") nor a
+    bare split word ("Testing: 50%")."""
+    words = key.lower().split()
+    bare_split = len(words) == 1 and words[0].isalpha() and split_of(words[0]) != ""
+    if not words or words[-1] in _PROSE or ". " in key or bare_split:
+        return False
+    return canonical_metric(key) is not None or bool(_METRIC_WORD.search(key)) or split_of(key) != ""
+
+
+def timing_key(key: str) -> bool:
+    """Seconds and clocks (``time``, ``data``, ``eta``, ``wall``): what they time is a style's
+    knowledge (per step? since the start?), so the generic reader leaves them out."""
+    low = key.lower()
+    return canonical_metric(key) in (STEP_TIME, DATA_TIME) or any(w in low for w in ("time", "eta", "wall"))
+
+
+def config_like(text: str) -> bool:
+    """A configuration line: ``Namespace(``, or two or more ``key=text``/``key=True`` settings."""
+    return "Namespace(" in text or len(_CONFIG_LIKE.findall(text)) >= 2 or bool(_CONFIG_KEY.search(text))
+
+
+def template(text: str) -> str:
+    """The line with its numbers (after masking timestamps etc.) replaced by ``#``."""
+    # a launcher's rank label ("[3] ", "3: ") is stripped by the scanner before reading, not before learning
+    return _RANK_LABEL.sub("", _NUMBERS.sub("#", mask(text)).strip())
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What one line gave: tags and values, the step axis (None: not on the line), the split."""
+
+    values: tuple[tuple[str, float], ...]
+    step: int | None
+    split: str
+    style: str  # a known style's name, "template" or "generic"
+    step_total: int | None = None
+    epoch_total: int | None = None
+
+
+class MetricReader:
+    """Reads metric lines of one log; holds its learnt templates and the open block/table/epoch."""
+
+    def __init__(self, known: tuple[Style, ...] | None = None) -> None:
+        self.known = styles() if known is None else known
+        self.enabled = self.known  # styles whose anchors the scanner searches for
+        self.templates: dict[str, tuple[str, ...]] = {}  # template -> its metric keys
+        self.epoch: int | None = None  # from the last context line (Keras "Epoch 3/10")
+        self.epoch_total: int | None = None  # the largest planned epoch count seen
+        self.block: tuple[Style, str] | None = None  # open block style and its split
+        self.table: tuple[Style, list[str]] | None = None
+        self.table_idle = 0
+
+    # ------------------------------------------------------------------ learning
+
+    def learn(self, head: bytes, *, whole: bool) -> None:
+        """Learn the templates of ``head``; ``whole``: the file is small enough that every style's
+        anchors are searched for, else only those the head shows (the 1 GB logs stay fast)."""
+        counts: dict[str, int] = {}
+        first: dict[str, str] = {}
+        for raw in head[:LEARN_BYTES].split(b"\n", LEARN_LINES)[:LEARN_LINES]:
+            seg = raw.rsplit(b"\r", 1)[-1] if b"\r" in raw else raw
+            if len(seg) > 400 or seg[:1] == b"{" or b"it/s" in seg or b"s/it" in seg:
+                continue
+            text = seg.decode("utf-8", "replace")
+            if "\x1b" in text:
+                text = _ANSI.sub("", text)
+            if not any(c.isdigit() for c in text) or config_like(text):
+                continue
+            t = template(text)
+            if "#" not in t:
+                continue
+            counts[t] = counts.get(t, 0) + 1
+            if counts[t] == 1:
+                first[t] = text
+        for t, n in sorted(counts.items(), key=lambda kv: -kv[1]):
+            if n < MIN_REPEATS or len(self.templates) >= MAX_TEMPLATES:
+                continue
+            keys = tuple(k for k, _ in pairs(first[t]) if metric_like(k) and not is_step_key(k))
+            if keys:
+                self.templates[t] = keys
+        if not whole:
+            self.enabled = tuple(s for s in self.known if any(a.encode() in head for a in s.anchors))
+
+    def anchors(self) -> list[bytes]:
+        """Literals whose lines the scanner must hand to :meth:`read`."""
+        out = {a.encode() for s in self.enabled for a in s.anchors}
+        for keys in self.templates.values():
+            out.add(max(keys, key=len).encode())
+        return sorted(out)
+
+    @property
+    def active(self) -> bool:
+        """A block or table is open: every line must be handed over until it closes."""
+        return self.block is not None or self.table is not None
+
+    # ------------------------------------------------------------------ reading
+
+    def read(self, text: str) -> Reading | None:
+        """The metrics of one line (already cleaned), or None."""
+        if self.block is not None:
+            got = self._block_row(text)
+            if got is not False:
+                return got if isinstance(got, Reading) else None
+        if self.table is not None:
+            got = self._table_row(text)
+            if got is not None:
+                return got
+        for style in self.enabled:
+            if any(a in text for a in style.anchors):
+                r = self._style(style, text)
+                if r is not False:
+                    return r if isinstance(r, Reading) else None
+        return self._generic(text)
+
+    def _style(self, style: Style, text: str) -> Reading | bool | None:
+        """A reading, None (the style took the line, nothing to read) or False (not this style)."""
+        if style.kind in ("block", "table"):
+            assert style.opener is not None
+            m = style.opener.search(text)
+            if m is None:
+                return False
+            if style.kind == "block":
+                self.block = (style, _split_name(m.groupdict().get("split") or style.split))
+            else:
+                self.table, self.table_idle = (style, m.group("columns").split()), 0
+            return None
+        assert style.match is not None
+        m = style.match.search(text)
+        if m is None:
+            return False
+        g = {k: v for k, v in m.groupdict().items() if v is not None}
+        if "epoch_total" in g:
+            self.epoch_total = max(self.epoch_total or 0, int(g["epoch_total"]))
+        if style.kind == "context":
+            self.epoch = int(g["epoch"])
+            return None
+        body = g.get("body") or g.get("body2") or text
+        split = _split_name(g.get("split") or style.split) or split_word(text)
+        step = int(g["step"]) if "step" in g and style.axis == "step" else None
+        if style.axis == "epoch" or (step is None and style.axis == "step"):
+            step = int(g["epoch"]) if "epoch" in g else (self.epoch if style.axis == "epoch" else None)
+        values = [(k, v) for k, v in pairs(body) if not is_step_key(k)]
+        if not values:
+            return None
+        return Reading(_tagged(values, split), step, split, style.name,
+                       int(g["step_total"]) if "step_total" in g else None, self.epoch_total)
+
+    def _block_row(self, text: str) -> Reading | bool | None:
+        assert self.block is not None
+        style, split = self.block
+        assert style.row is not None
+        m = style.row.match(text)
+        if m is None:
+            self.block = None
+            return False
+        v = to_float(m.group("value"))
+        key = clean_key(m.group("key"))
+        if v is None or is_step_key(key) or key.endswith(("_step", "/step")):
+            return None
+        return Reading(_tagged([(key, v)], split), None, split, style.name)
+
+    def _table_row(self, text: str) -> Reading | None:
+        assert self.table is not None
+        style, columns = self.table
+        assert style.row is not None
+        m = style.row.match(text)
+        if m is None:
+            self.table_idle += 1
+            if self.table_idle > TABLE_PATIENCE:
+                self.table = None
+            return None
+        self.table_idle = 0
+        epoch_total = int(m.group("epoch_total"))
+        self.epoch_total = max(self.epoch_total or 0, epoch_total)
+        values = []
+        for col, cell in zip(columns, m.group("cells").split(), strict=False):
+            v = to_float(cell)
+            if v is not None:
+                values.append((col, v))
+        if not values:
+            return None
+        return Reading(tuple(values), int(m.group("epoch")), "", style.name, None, self.epoch_total)
+
+    def _generic(self, text: str) -> Reading | None:
+        if not any(c.isdigit() for c in text) and "nan" not in text.lower() and "inf" not in text.lower():
+            return None
+        if config_like(text):
+            return None
+        learnt = self.templates.get(template(text)) if self.templates else None
+        pos = step_of(text)
+        split = split_word(text)
+        found = [(k, v) for k, v in pairs(text)
+                 if not is_step_key(k) and not _ends_in_step_word(k) and metric_like(k) and not timing_key(k)]
+        if learnt is None and (pos.step is None and pos.epoch is None and not split):
+            return None
+        if not found:
+            return None
+        if pos.epoch_total:
+            self.epoch_total = max(self.epoch_total or 0, pos.epoch_total)
+        step = pos.step if pos.step is not None else pos.epoch
+        return Reading(_tagged(found, split), step, split, "template" if learnt is not None else "generic",
+                       pos.step_total, self.epoch_total)
+
+
+_SPLITS = {"train": "train", "training": "train", "val": "val", "valid": "val", "validation": "val",
+           "eval": "eval", "test": "test", "predict": "test"}
+
+
+def _split_name(word: str) -> str:
+    return _SPLITS.get(word.lower(), "") if word else ""
+
+
+def _ends_in_step_word(key: str) -> bool:
+    words = key.lower().split()
+    return len(words) > 1 and is_step_key(words[-1])
+
+
+def _tagged(values: list[tuple[str, float]], split: str) -> tuple[tuple[str, float], ...]:
+    """Tags carry a split the line states when the key does not (``Validation: loss`` -> ``val_loss``)."""
+    if not split or split == "train":
+        return tuple(values)
+    return tuple((k if split_of(k) else f"{split}_{k}", v) for k, v in values)

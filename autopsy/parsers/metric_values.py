@@ -1,0 +1,181 @@
+"""Named numbers on one text line: the pairs, the step axis and the split, in any printing style.
+
+The building blocks of the open-world metric reader (:mod:`metric_reader`):
+
+* :data:`NUM` spells a number every way training code prints one: ``0.5``, ``1.2E+00``, ``.5``,
+  ``nan``, ``-nan``, ``NaN``, ``inf``, ``-inf``, ``Infinity``, ``tensor(0.5, device='cuda:0')``,
+  ``np.float32(0.5)``, ``4,361``; :func:`to_float` reads what it matched.
+* :func:`pairs` finds ``name value`` pairs whatever the separator: ``key: v``, ``key=v``,
+  ``key v``, ``| key v |``, Keras ``loss: 0.1 - acc: 0.9``, ``'key': v`` / ``"key": "v"``, keys
+  of up to three words (Megatron ``lm loss: 2.3E+00``, nanoGPT ``train loss 4.2``).
+  Timestamps, dates, versions, paths and hex ids are masked first: their digits are no values.
+* :func:`step_of` finds the step axis on the line (``step``, ``iter``, ``iteration``,
+  ``global_step``, ``batch``, ``epoch``, ``N/M`` beside one of them, ``Epoch [3/10]``).
+* :func:`split_word` finds a split stated by the line rather than its keys
+  (``Epoch(val)``, ``Validation:``, ``Test set:``, ``***** eval metrics *****``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+# Value spellings. The tensor/np wrappers keep their number as group "v".
+_BARE = (r"[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?"
+         r"|[Nn]a[Nn]|NAN|[Ii]nf(?:inity)?|INF)")
+NUM = (r"(?:tensor\(\s*|np\.float\d*\(\s*|array\(\s*)?['\"]?(?P<v>" + _BARE + r")['\"]?"
+       r"(?:\s*,\s*(?:device|dtype|grad_fn|requires_grad)=[^)]*)?\)?")
+_END = r"(?![\w.:/\-])"  # a value ends the token: "2.1.0", "12:30", "3/10" and "1e-4x" are not values
+
+# Masked before reading pairs: what has digits but is not a measured value.
+_MASKS = re.compile(
+    r"\d{4}-\d\d-\d\d(?:[T ]\d\d:\d\d(?::\d\d)?(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)?"  # ISO dates and times
+    r"|\b\d{1,2}:\d\d:\d\d(?:[.,]\d+)?"  # clock times, elapsed h:mm:ss
+    r"|\b\d\d:\d\d\b(?!\s*[<,])"  # mm:ss (not tqdm's "00:12<00:30," which the bar reader takes)
+    r"|\bv?\d+\.\d+\.\d+(?:[.\-+]\w+)*"  # versions 2.1.0, v1.13.1+cu117
+    r"|(?<![\w/])(?:[A-Za-z]:\\|~/|\.{1,2}/|/)[^\s,;'\"|()\]]*"  # absolute or ./ paths
+    r"|\b[\w.\-]+(?:/[\w.\-]+)*\.(?:py|pyc|cpp|cc|c|h|hpp|cu|pt|pth|ckpt|bin|json|ya?ml|txt|log|csv|h5|npz|npy"
+    r"|pkl|safetensors|keras)(?::\d+)?\b"  # files, file:line (solver.cpp:228)
+    r"|\b(?:INFO|DEBUG|WARNING|WARN|ERROR|CRITICAL|TRACE|NOTICE)\b"  # log levels glued to a key
+    r"|\b0x[0-9a-fA-F]+|\b[0-9a-f]{12,}\b"  # addresses, hashes
+)
+# key [sep] value. A key is an identifier (with ./- inside) or up to three words; the separator
+# is ":", "=", " = " or whitespace (Megatron "lm loss: ", fairseq "| loss 7.2 |").
+_PAIR = re.compile(
+    r"(?<![\w.])(?P<k>[A-Za-z_][\w./\-]*(?:\[[\w/]+\])?"
+    r"(?:[ ](?!(?:nan|NaN|NAN|inf|Inf|INF)\b)[A-Za-z_][\w./\-]*){0,3})['\"]?"
+    r"(?:\s*\((?P<kunit>ms|s|sec|%)\))?\s*(?:[:=]|\s)\s*"
+    + NUM + r"(?P<unit>ms|us|µs|min|s|%)?" + _END
+)
+_TIME_UNITS = {"ms": 1e-3, "us": 1e-6, "µs": 1e-6, "s": 1.0, "min": 60.0}
+
+# Step-axis words; the value after them (or "N/M") is a position, not a metric.
+STEP_WORDS = frozenset({"step", "steps", "global_step", "global step", "iter", "iters", "iteration", "it",
+                        "batch", "epoch", "ep", "update", "updates", "num_updates", "train_step", "_step",
+                        "trainer/global_step", "train/global_step", "train/step", "total_steps", "n_iter"})
+_EPOCH_WORDS = frozenset({"epoch", "ep"})
+_POSITION = re.compile(
+    r"(?i)(?<![\w/])(?P<w>global[_ ]step|step|iter(?:ation)?|it|batch|epoch|ep|update)\b\s*[:=#]?\s*"
+    r"\[?\s*(?P<n>\d{1,12})\s*(?:/\s*(?P<t>\d{1,12})\s*)?\]?(?![\d.])"
+)
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a line sits: ``step`` (or iteration/batch), ``epoch``, and the planned totals."""
+
+    step: int | None = None
+    step_total: int | None = None
+    epoch: int | None = None
+    epoch_total: int | None = None
+
+
+def to_float(raw: str) -> float | None:
+    """The value of a matched number; ``-nan`` is nan, ``4,361`` is 4361."""
+    s = raw.replace(",", "")
+    low = s.lower().lstrip("+-")
+    if low == "nan":
+        return math.nan
+    if low in ("inf", "infinity"):
+        return -math.inf if s.startswith("-") else math.inf
+    try:
+        return float(s)
+    except ValueError:
+        return None
+
+
+def mask(text: str) -> str:
+    """``text`` with timestamps, dates, versions, paths and hashes blanked (same length)."""
+    return _MASKS.sub(lambda m: " " * len(m.group()), text)
+
+
+# One cell of a "|"-separated line holding one pair: the key is all before the value (Megatron's
+# "number of nan iterations:   0", "elapsed time per iteration (ms): 1234.5").
+_CELL = re.compile(r"\s*(?P<k>[A-Za-z_][\w.\-/]*(?:\s+[A-Za-z_][\w.\-/]*)*?)"
+                   r"(?:\s*\((?P<kunit>ms|s|sec|%)\))?\s*[:=]?\s+" + NUM
+                   + r"(?P<unit>ms|us|µs|min|s|%)?\s*")
+
+
+def pairs(text: str, start: int = 0) -> list[tuple[str, float]]:
+    """Every ``name value`` pair of ``text`` from ``start``, masked values left out, units read
+    (``120ms`` -> 0.12 s; ``%`` kept as printed). Step-axis pairs are included: see :func:`step_of`.
+    A key ending in a prose word ("number of" before "nan iterations") is no key."""
+    masked = mask(text) if any(c.isdigit() for c in text) else text
+    out: list[tuple[str, float]] = []
+    if masked.count("|", start) >= 2:
+        for cell in masked[start:].split("|"):
+            m = _CELL.fullmatch(cell)
+            if m is not None:
+                _add(out, m)
+            elif cell.strip():
+                out.extend(pairs(cell))
+        return out
+    for m in _PAIR.finditer(masked, start):
+        _add(out, m)
+    return out
+
+
+def _add(out: list[tuple[str, float]], m: re.Match[str]) -> None:
+    v = to_float(m.group("v"))
+    key = clean_key(m.group("k"))
+    if v is None or not key or key.split()[-1].lower() in _PROSE:
+        return
+    unit = m.group("unit") or m.group("kunit")
+    if unit in _TIME_UNITS and not math.isnan(v):
+        v *= _TIME_UNITS[unit]
+    out.append((key, v))
+
+
+_PROSE = frozenset({"with", "the", "a", "an", "and", "of", "at", "for", "is", "was", "to", "in", "on", "by",
+                    "finished", "done", "end", "after", "current", "new", "got", "has", "are", "its", "from",
+                    "than", "into", "over", "per", "as", "be", "will"})
+
+
+def clean_key(key: str) -> str:
+    """A key as a tag: trailing separators dropped, inner whitespace single, leading prose words
+    dropped ("finished with train loss" -> "train loss")."""
+    words = key.strip(" '\"-|:=").split()
+    while len(words) > 1 and words[0].lower() in _PROSE:
+        words.pop(0)
+    return " ".join(words)
+
+
+def is_step_key(key: str) -> bool:
+    return key.lower() in STEP_WORDS
+
+
+def step_of(text: str) -> Position:
+    """The step and epoch a line states (with ``N/M`` totals), first mention of each wins."""
+    step = step_total = epoch = epoch_total = None
+    masked = mask(text)
+    for m in _POSITION.finditer(masked):
+        word = m.group("w").lower()
+        n = int(m.group("n"))
+        t = int(m.group("t")) if m.group("t") else None
+        if word in _EPOCH_WORDS:
+            if epoch is None:
+                epoch, epoch_total = n, t
+        elif step is None:
+            step, step_total = n, t
+    return Position(step, step_total, epoch, epoch_total)
+
+
+_SPLIT_CONTEXT = re.compile(
+    r"(?i)(?:\((?P<paren>train|val|valid|eval|test)\)"  # mmengine Epoch(val)
+    r"|^\W*(?P<head>train(?:ing)?|val(?:id|idation|idating)?|eval(?:uation|uating)?|test(?:ing)?)(?:\s+set)?\s*[:\]|]"
+    r"|\*{3,}\s*(?P<hf>train|eval|test|predict)\s+metrics\s*\*{3,})"  # HF Trainer's metrics blocks
+)
+_SPLIT_NAMES = {"train": "train", "training": "train", "val": "val", "valid": "val", "validation": "val",
+                "validating": "val", "eval": "eval", "evaluation": "eval", "evaluating": "eval", "test": "test",
+                "testing": "test", "predict": "test"}
+
+
+def split_word(text: str) -> str:
+    """The split a line states outside its keys ("" when none): ``Epoch(val) [1][50/50]``,
+    ``Validation: loss 0.3``, ``Test set: Average loss: 0.05``, ``***** eval metrics *****``."""
+    m = _SPLIT_CONTEXT.search(text)
+    if m is None:
+        return ""
+    word = (m.group("paren") or m.group("head") or m.group("hf") or "").lower()
+    return _SPLIT_NAMES.get(word, "")

@@ -1,0 +1,167 @@
+"""The open-world text metric reader: declared styles, learnt templates, and what it must not read."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from autopsy.parsers import log_text as lt
+from autopsy.parsers.logs import scan_text
+from autopsy.parsers.metric_reader import MetricReader, metric_like
+from autopsy.parsers.metric_styles import StyleError, load_styles, styles
+from autopsy.parsers.metric_values import pairs, step_of
+from autopsy.run import load_run
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def test_builtin_styles_load_and_their_samples_pass() -> None:
+    names = {s.name for s in styles()}
+    assert {"keras_fit", "hf_metrics_block", "wandb_summary", "caffe", "fairseq", "megatron",
+            "pytorch_tutorial", "yolo_table"} <= names
+
+
+def test_a_style_whose_sample_fails_is_refused() -> None:
+    doc = """
+- name: bad
+  program: nothing real
+  anchors: ["loss"]
+  match: 'loss (?P<body>.*)'
+  samples:
+    - lines: ["loss loss 1.5"]
+      expect: [{values: {loss: 2.5}}]
+"""
+    with pytest.raises(StyleError, match="bad: sample 1"):
+        load_styles(doc)
+    with pytest.raises(StyleError, match="unknown fields"):
+        load_styles("- {name: x, program: y, anchors: [a], match: a, samples: [{}], colour: red}")
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("loss: nan - acc: -nan", {"loss": math.nan, "acc": math.nan}),
+    ("loss=NaN, lr=Infinity, gnorm=-inf", {"loss": math.nan, "lr": math.inf, "gnorm": -math.inf}),
+    ("lm loss: 2.345E+00 | loss scale: 1.0", {"lm loss": 2.345, "loss scale": 1.0}),
+    ("loss_cls: tensor(0.5, device='cuda:0')  acc: np.float32(0.25)", {"loss_cls": 0.5, "acc": 0.25}),
+    ("tokens 4,361 loss .5", {"tokens": 4361.0, "loss": 0.5}),
+    ("iter 450: loss 3.12, time 38ms", {"loss": 3.12, "time": 0.038}),  # "450:" is a position (step_of)
+    # digits that are not values: versions, paths, dates, clock times, file:line
+    ("2024-01-02 10:11:12,345 torch 2.1.0 /data/run_3/ckpt-5.pt solver.cpp:228", {}),
+    ("step 6 loss nan grad_norm nan", {"step": 6.0, "loss": math.nan, "grad_norm": math.nan}),
+])
+def test_pairs_every_spelling(text: str, want: dict[str, float]) -> None:
+    got = dict(pairs(text))
+    assert set(got) == set(want), got
+    for k, v in want.items():
+        assert (math.isnan(v) and math.isnan(got[k])) or got[k] == v
+
+
+@pytest.mark.parametrize(("text", "step", "total", "epoch", "epochs"), [
+    ("Epoch [3/10], Step [100/600], Loss: 0.1234", 100, 600, 3, 10),
+    ("epoch: 812 loss: nan", None, None, 812, None),
+    ("global_step 40 loss 1.0", 40, None, None, None),
+    ("Iteration 700, loss = 6.91", 700, None, None, None),
+    ("Epoch 3/60", None, None, 3, 60),
+    ("Namespace(max_steps=1000, epochs=10)", None, None, None, None),
+])
+def test_step_axis(text: str, step: int | None, total: int | None, epoch: int | None, epochs: int | None) -> None:
+    pos = step_of(text)
+    assert (pos.step, pos.step_total, pos.epoch, pos.epoch_total) == (step, total, epoch, epochs)
+
+
+def _series(text: str) -> dict[str, list[tuple[int | None, float]]]:
+    scan = scan_text(text)
+    out: dict[str, list[tuple[int | None, float]]] = {}
+    for p in scan.series:
+        out.setdefault(p.tag, []).append((p.step, p.value))
+    return out
+
+
+def test_keras_log_read_per_epoch_with_planned_epochs() -> None:
+    log = "".join(f"Epoch {e}/60\n100/100 [====] - 2s 20ms/step - loss: {1.0 / e:.4f} - val_loss: "
+                  f"{'nan' if e == 3 else '0.5'}\n" for e in (1, 2, 3))
+    s = _series(log)
+    assert [st for st, _ in s["loss"]] == [1, 2, 3]
+    assert math.isnan(s["val_loss"][2][1])
+    assert scan_text(log).max_epochs_seen == 60
+
+
+def test_blocks_and_tables() -> None:
+    s = _series("done\n***** eval metrics *****\n  epoch = 3.0\n  eval_loss = nan\n  eval_runtime = 0:00:01.00\n"
+                "wandb: Run summary:\nwandb:   train loss nan\nwandb:   val/acc 0.51\nwandb: Synced 3 files\n")
+    assert math.isnan(s["eval_loss"][0][1]) and math.isnan(s["train loss"][0][1]) and s["val/acc"][0][1] == 0.51
+    assert "epoch" not in s
+    yolo = ("      Epoch    GPU_mem   box_loss   cls_loss   dfl_loss  Instances       Size\n"
+            + "".join(f"      {e}/100      2.1G      {2 - e / 10:.3f}      1.5      1.1         64        640: "
+                      "100%|##########| 10/10 [00:02<00:00,  4.5it/s]\n" for e in (1, 2, 3)))
+    assert [st for st, _ in _series(yolo)["box_loss"]] == [1, 2, 3]
+
+
+def test_a_style_nobody_listed_is_read_from_its_template() -> None:
+    """No step word, no known trigger: the file's recurring template makes it a series family."""
+    log = "loading data\n" + "".join(f"<{e:03d}> trn_nll={3 - e / 10:.3f} dev_acc={50 + e}%\n" for e in range(8))
+    s = _series(log)
+    assert [round(v, 3) for _, v in s["trn_nll"]] == [round(3 - e / 10, 3) for e in range(8)]
+    assert "dev_acc" in s
+
+
+def test_split_from_the_line_lands_in_the_split_column(tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_text("".join(
+        f"Epoch {e}: train loss {2 - e / 10:.2f}\nValidation: loss {1.5:.2f} acc 0.4\n" for e in range(1, 6)))
+    df = load_run(tmp_path).scalars
+    val = df[df["tag"] == "val_loss"]
+    assert len(val) == 5 and set(val["split"]) == {"val"} and set(val["metric"]) == {"eval_loss"}
+    assert set(df.loc[df["tag"] == "train loss", "split"]) == {"train"}
+
+
+@pytest.mark.parametrize("line", [
+    "Namespace(lr=0.001, clip_grad_norm=1.0, model='gpt2')",
+    "[train] params=6848 vocab=189 lr=0.003 min_lr=0.0 schedule=cosine max_steps=300",
+    "Testing:  50% 1/2",
+    "Gradient overflow. Skipping step. Attempted loss scale: 65536, reducing to 32768",
+    "torch 2.1.0+cu121, python 3.10.12, cuda 12.1",
+    "learning_rate: 0.001",  # a config value printed once
+])
+def test_not_metrics(line: str) -> None:
+    assert not _series(line + "\n")
+
+
+# Words that never name a metric: a tag holding one is a configuration value, a counter, a clock
+# or a version the reader mistook for a series.
+_JUNK = re.compile(r"(?i)version|seed|port|pid|year|date|path|file|cuda|torch|python|world|worker|vocab|"
+                   r"max_|min_|num_|warmup|batch_size|params|^(?:Testing|Training|Validat\w*)$")
+
+
+def _logs() -> list[Path]:
+    out = []
+    for root in ("corpus", "realdata", "runs"):
+        for p in sorted((FIXTURES / root).rglob("*")):
+            if (p.is_file() and p.stat().st_size < 4_000_000 and p.suffix in ("", ".log", ".out", ".txt", ".err")
+                    and "tfevents" not in p.name and not p.name.startswith(("DONE", "latest"))):
+                out.append(p)
+    return out
+
+
+def test_no_junk_series_over_the_fixture_logs() -> None:
+    """Every line of every fixture log through the reader: nothing read is a config value, a
+    version, a clock or a progress counter, and generic reads carry metric-like keys only."""
+    read = 0
+    for path in _logs():
+        data = path.read_bytes()
+        if b"\x00" in data[:4096]:
+            continue
+        reader = MetricReader()
+        reader.learn(data, whole=True)
+        for raw in data.split(b"\n"):
+            text, _ = lt.clean(raw.rsplit(b"\r", 1)[-1])
+            r = reader.read(text)
+            if r is None:
+                continue
+            for tag, _ in r.values:
+                read += 1
+                assert not _JUNK.search(tag), f"{path}: {tag!r} read from {text!r}"
+                if r.style in ("generic", "template"):
+                    assert metric_like(tag), f"{path}: {tag!r} read from {text!r}"
+    assert read > 1000  # the fixture logs hold thousands of metric values: the reader reads them
