@@ -53,6 +53,8 @@ _CONFIG_LIKE = re.compile(r"Namespace\(|[\w.]+=(?:['\"]|True\b|False\b|None\b|[A
 _CONFIG_KEY = re.compile(r"(?i)(?<![\w/])(?:max_|min_|num_|n_)\w+\s*[=:]|(?<![\w/])(?:warmup\w*|schedul\w*|vocab\w*"
                          r"|seed|batch_size|epochs|hidden_size|d_model|params)\s*[=:]")
 _NUMBERS = re.compile(r"(?<![A-Za-z_])" + _BARE + r"(?![A-Za-z_])")
+# nouns naming a thing, not a measurement of it: "loss scaler 0" is the scaler's index
+_OBJECTS = frozenset({"scaler", "scheduler", "optimizer", "id", "idx", "index", "group", "rank", "fn", "function"})
 _RANK_LABEL = re.compile(r"^(?:\[#\]|#:)\s+")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -63,7 +65,7 @@ def metric_like(key: str) -> bool:
     bare split word ("Testing: 50%")."""
     words = key.lower().split()
     bare_split = len(words) == 1 and words[0].isalpha() and split_of(words[0]) != ""
-    if not words or words[-1] in _PROSE or ". " in key or bare_split:
+    if not words or words[-1] in _PROSE or words[-1] in _OBJECTS or ". " in key or bare_split:
         return False
     return canonical_metric(key) is not None or bool(_METRIC_WORD.search(key)) or split_of(key) != ""
 
