@@ -12,6 +12,7 @@ import math
 import re
 from typing import Any
 
+from autopsy.log_times import TimedLines
 from autopsy.model import ArtifactKind, Finding, RunSummary, Severity
 from autopsy.recovery import clean_checkpoint
 from autopsy.resume_plan import plan_resume
@@ -137,8 +138,9 @@ def failure_moment(run: Any, primary: Finding | None) -> tuple[float | None, str
     # may be other processes' output interleaved with it.
     lines = [(ev.path, ev.line, ev.excerpt) for ev in primary.evidence if ev.path is not None and ev.line is not None]
     scans = {scan.path: scan for scan in run.logs}
+    timing = _Timing()
     if _finite(primary.wall_time) and not any(
-            _stale(scans[p], ln, float(primary.wall_time), text)  # type: ignore[arg-type]
+            timing.stale(scans[p], ln, float(primary.wall_time), text)  # type: ignore[arg-type]
             for p, ln, text in lines[:1] if p in scans):
         return float(primary.wall_time), "finding"  # type: ignore[arg-type]
     refused: list[float] = []  # stale log times: a series point at the step may carry them too
@@ -149,16 +151,16 @@ def failure_moment(run: Any, primary: Finding | None) -> tuple[float | None, str
         for hits in scan.hits.values():
             for h in hits.all_kept():
                 if h.lineno == line and _finite(h.wall_time):
-                    if not _stale(scan, line, h.wall_time, h.text):
+                    if not timing.stale(scan, line, h.wall_time, h.text):
                         return float(h.wall_time), f"log timestamp ({path})"  # type: ignore[arg-type]
                     refused.append(float(h.wall_time))  # type: ignore[arg-type]
         for tb in scan.tracebacks:
             if (tb.line_start <= line <= tb.line_end and _finite(tb.wall_time)
-                    and not _stale(scan, tb.line_start, tb.wall_time, None, tb.step)):
+                    and not timing.stale(scan, tb.line_start, tb.wall_time, None, tb.step)):
                 return float(tb.wall_time), f"log timestamp ({path})"  # type: ignore[arg-type]
     for path, line, _text in lines:
         scan = scans.get(path)
-        t = _timestamp_before(scan, line) if scan is not None else None
+        t = timing.timestamp_before(scan, line) if scan is not None else None
         if t is not None:
             return t, f"log timestamp before {path}:{line}"
     step = primary.step if primary.step is not None else next(
@@ -181,44 +183,54 @@ def failure_moment(run: Any, primary: Finding | None) -> tuple[float | None, str
     return None, None
 
 
-def _timed_lines(scan: Any) -> list[tuple[int, float]]:
-    """(line, wall time) of every record of a log that carries a time (hits, series points, tracebacks)."""
-    out = [(h.lineno, float(h.wall_time)) for hits in scan.hits.values() for h in hits.all_kept()
-           if _finite(h.wall_time)]
-    out += [(p.lineno, float(p.wall_time)) for p in scan.series if _finite(p.wall_time)]
-    out += [(tb.line_start, float(tb.wall_time)) for tb in scan.tracebacks if _finite(tb.wall_time)]
-    return out
+class _Timing:
+    """The time lookups of one :func:`failure_moment` call, each log's timed records indexed once
+    (:class:`~autopsy.log_times.TimedLines`: bisection, not a walk over every series point)."""
 
+    def __init__(self) -> None:
+        self._index: dict[int, tuple[Any, TimedLines]] = {}
 
-def _stale(scan: Any, line: int, t: Any, text: str | None, step: int | None = None) -> bool:
-    """Whether the log time ``t`` given to ``line`` was printed too far before it to date it.
+    def timed(self, scan: Any) -> TimedLines:
+        got = self._index.get(id(scan))
+        if got is None or got[0] is not scan:
+            got = self._index[id(scan)] = (scan, TimedLines(scan))
+        return got[1]
 
-    Exact where a pattern hit says which line its time was read from (``Hit.wall_time_line``):
-    the hit on ``line`` with that time, else the nearest hit before it dated by the same time.
-    Otherwise (tracebacks and series points do not say) the earliest record carrying the same
-    time bounds it, and the log's very first time may be a header printed at the job's start.
-    """
-    if not _finite(t):
-        return False
-    source, source_step, line_step = _time_source(scan, line, float(t))
-    step = line_step if step is None else step
-    if step is not None and source_step is not None and step - source_step > MAX_TIMESTAMP_STEPS:
-        return True
-    if (step is not None and step > MAX_TIMESTAMP_STEPS and source is not None and source_step is None
-            and line - source > MAX_UNSTEPPED_TIMESTAMP_LINES):
-        return True  # timed before any training step was seen (a launcher banner), failure at step N
-    if source is not None:
-        return line - source > MAX_TIMESTAMP_LINES
-    if text and _CLOCK_TEXT.search(text):
-        return False  # the line carries its own time
-    carriers = [ln for ln, w in _timed_lines(scan) if ln <= line and abs(w - float(t)) < 1e-6]
-    first_carrier = min(carriers) if carriers else None
-    if first_carrier is not None and line - first_carrier > MAX_TIMESTAMP_LINES:
-        return True
-    first = scan.first_wall_time
-    # The log's first time and a line far into it that has no time of its own: the time may be
-    # a header's from the job's start, with nothing to say how far before the line it was printed.
-    return _finite(first) and abs(float(first) - float(t)) < 1e-6 and line > MAX_TIMESTAMP_LINES
+    def stale(self, scan: Any, line: int, t: Any, text: str | None, step: int | None = None) -> bool:
+        """Whether the log time ``t`` given to ``line`` was printed too far before it to date it.
+
+        Exact where a pattern hit says which line its time was read from (``Hit.wall_time_line``):
+        the hit on ``line`` with that time, else the nearest hit before it dated by the same time.
+        Otherwise (tracebacks and series points do not say) the earliest record carrying the same
+        time bounds it, and the log's very first time may be a header printed at the job's start.
+        """
+        if not _finite(t):
+            return False
+        source, source_step, line_step = _time_source(scan, line, float(t))
+        step = line_step if step is None else step
+        if step is not None and source_step is not None and step - source_step > MAX_TIMESTAMP_STEPS:
+            return True
+        if (step is not None and step > MAX_TIMESTAMP_STEPS and source is not None and source_step is None
+                and line - source > MAX_UNSTEPPED_TIMESTAMP_LINES):
+            return True  # timed before any training step was seen (a launcher banner), failure at step N
+        if source is not None:
+            return line - source > MAX_TIMESTAMP_LINES
+        if text and _CLOCK_TEXT.search(text):
+            return False  # the line carries its own time
+        first_carrier = self.timed(scan).first_line_with(float(t), line)
+        if first_carrier is not None and line - first_carrier > MAX_TIMESTAMP_LINES:
+            return True
+        first = scan.first_wall_time
+        # The log's first time and a line far into it that has no time of its own: the time may be
+        # a header's from the job's start, with nothing to say how far before the line it was printed.
+        return _finite(first) and abs(float(first) - float(t)) < 1e-6 and line > MAX_TIMESTAMP_LINES
+
+    def timestamp_before(self, scan: Any, line: int) -> float | None:
+        """The latest timed line of a log shortly before ``line`` (pattern hits, series points, tracebacks)."""
+        best = self.timed(scan).latest_at_or_before(line)
+        if best is None or self.stale(scan, line, best[1], None):
+            return None
+        return best[1]
 
 
 def _time_source(scan: Any, line: int, t: float) -> tuple[int | None, int | None, int | None]:
@@ -238,17 +250,6 @@ def _time_source(scan: Any, line: int, t: float) -> tuple[int | None, int | None
             if best is None or src > best:
                 best, best_step = int(src), h.wall_time_step
     return best, best_step, line_step
-
-
-def _timestamp_before(scan: Any, line: int) -> float | None:
-    """The latest timed line of a log shortly before ``line`` (pattern hits, series points, tracebacks)."""
-    best: tuple[int, float] | None = None
-    for lineno, t in _timed_lines(scan):
-        if lineno <= line and (best is None or lineno > best[0]):
-            best = (lineno, t)
-    if best is None or _stale(scan, line, best[1], None):
-        return None
-    return best[1]
 
 
 _CHILD_TIME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[_ T](\d{2}):(\d{2}):(\d{2})$")
