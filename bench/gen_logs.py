@@ -45,7 +45,8 @@ def bar(n: int, total: int, elapsed: int, rate: float) -> str:
             f"{remaining // 60:02d}:{remaining % 60:02d}, {rate:5.2f}it/s]")
 
 
-def generate(path: Path, size_mb: float, seed: int = 0) -> dict[str, int]:
+def generate(path: Path, size_mb: float, seed: int = 0, evals: bool = True) -> dict[str, int]:
+    """Write the log; ``evals=False`` leaves out the eval bars and dicts."""
     rng = random.Random(seed)
     target = int(size_mb * 1024 * 1024)
     total = 10_000_000
@@ -68,7 +69,7 @@ def generate(path: Path, size_mb: float, seed: int = 0) -> dict[str, int]:
                 buf.append(f"{{'loss': {loss:.4f}, 'grad_norm': {rng.random() * 3:.6f}, "
                            f"'learning_rate': {lr:.6e}, 'epoch': {step / total * 3:.4f}}}\n")
                 counts["dicts"] += 1
-            if step % 2000 == 0:
+            if evals and step % 2000 == 0:
                 buf.append("\n")
                 for k in range(1, 21):
                     buf.append(f"\r{k * 5:3d}%|{'#' * (k // 2):<10}| {k}/20 [00:0{k % 10}<00:00, 15.20it/s]")
