@@ -331,7 +331,21 @@ class Run:
         from autopsy.run_frames import best_series
 
         inferred = frozenset(scan.path for scan in self.logs if scan.steps_inferred)
-        return best_series(self.scalars, metric, source=source, rank=rank, inferred_paths=inferred)
+        return best_series(self.scalars, metric, source=source, rank=rank, inferred_paths=inferred,
+                           rows=self.metric_rows(metric))
+
+    def metric_rows(self, metric: str) -> pd.DataFrame:
+        """The rows of ``scalars`` whose ``metric`` is ``metric``, in frame order: what
+        ``scalars[scalars["metric"] == metric]`` gives, from positions computed once for every
+        metric (one pass over the string column, not one per question)."""
+        pos = self._metric_positions.get(metric)
+        return self.scalars.iloc[pos] if pos is not None else self.scalars.iloc[:0]
+
+    @cached_property
+    def _metric_positions(self) -> dict[str, Any]:
+        from autopsy.run_frames import positions_by_value
+
+        return positions_by_value(self.scalars["metric"])
 
     @cached_property
     def artifacts(self) -> pd.DataFrame:

@@ -72,14 +72,16 @@ def scalars_frame(tfevents: Sequence[tuple[str, pd.DataFrame]], trainer_state: T
 
 
 def best_series(scalars: pd.DataFrame, metric: str, *, source: str | None = None,
-                rank: int | None = None, inferred_paths: frozenset[str] = frozenset()) -> pd.DataFrame:
+                rank: int | None = None, inferred_paths: frozenset[str] = frozenset(),
+                rows: pd.DataFrame | None = None) -> pd.DataFrame:
     """The rows of ``scalars`` for one canonical metric from the best single source (see ``Run.series``).
 
     ``inferred_paths``: logs whose steps are dict ordinals (``LogScan.steps_inferred``); without
-    ``source``, their rows count only when no other source has the metric.
+    ``source``, their rows count only when no other source has the metric. ``rows``: the rows
+    of ``scalars`` for ``metric`` when the caller has them already (``Run.metric_rows``).
     """
     df = scalars
-    sel = df[df["metric"] == metric]
+    sel = df[df["metric"] == metric] if rows is None else rows
     if rank is not None:
         sel = sel[sel["rank"] == rank]
     if sel.empty:
@@ -98,6 +100,18 @@ def best_series(scalars: pd.DataFrame, metric: str, *, source: str | None = None
     else:
         sel = sel.sort_values("step", kind="stable") if sel["step"].notna().any() else sel
     return sel.drop_duplicates(subset=["step", "rank"], keep="last") if sel["step"].notna().all() else sel
+
+
+def positions_by_value(column: pd.Series) -> dict[str, Any]:
+    """value -> the ascending row positions holding it (missing values left out): one factorize
+    of the column, so selecting one value's rows costs no comparison over every row."""
+    import numpy as np
+    import pandas as pd
+
+    codes, uniques = pd.factorize(column)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(-1, len(uniques)) + 1, side="left")
+    return {str(u): order[bounds[i]:bounds[i + 1]] for i, u in enumerate(uniques)}
 
 
 def artifacts_frame(artifacts: Sequence[Artifact]) -> pd.DataFrame:

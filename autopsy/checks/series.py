@@ -127,8 +127,8 @@ def load_series(run: Run, metric: str, *, rank: int | None = None) -> Series | N
 
 def per_rank_series(run: Run, metric: str, *, min_points: int = 1) -> dict[int, Series]:
     """One series per rank for ``metric`` (ranks from line prefixes or per-rank files)."""
-    df = run.scalars
-    sel = df[(df["metric"] == metric) & df["rank"].notna()]
+    df = run.metric_rows(metric)
+    sel = df[df["rank"].notna()]
     out: dict[int, Series] = {}
     for rank_value in sorted(sel["rank"].unique()):
         rows = sel[sel["rank"] == rank_value]
