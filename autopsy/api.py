@@ -109,6 +109,12 @@ def analyze_run(
         autopsy_version=__version__,
         series=series,
     )
+    try:  # the fix is computed once, here, so that every renderer shows the same steps
+        from autopsy.report.fix import build_fix
+
+        report = replace(report, fix=build_fix(report, catalog=catalog))
+    except Exception as exc:  # advice is wording on top of the diagnosis: a bug here must not lose it
+        report = replace(report, problems=(*report.problems, f"fix: {type(exc).__name__}: {exc}"))
     return report, run
 
 

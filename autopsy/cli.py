@@ -34,6 +34,7 @@ from autopsy.cli_output import (
     no_color_option,
     output_option,
     quiet_option,
+    verbose_option,
 )
 from autopsy.cli_report import report
 from autopsy.cli_rules import load_catalog, rules
@@ -121,6 +122,7 @@ main.add_command(rules)
                    "<id>.yaml; a refused card is an error (exit 2). Repeatable.")
 @fail_on_option
 @quiet_option
+@verbose_option
 @github_option
 @append_option
 @click.option("--max-bytes-per-file", "max_bytes", callback=_size_option, default=None, metavar="SIZE",
@@ -131,8 +133,8 @@ main.add_command(rules)
 @no_color_option
 @guarded
 def analyze(run_dirs: tuple[str, ...], fmt: str, output: str | None, select: tuple[str, ...],
-            ignore: tuple[str, ...], rules_dirs: tuple[str, ...], fail_on: str, quiet: bool, github: bool,
-            append: str | None, max_bytes: int | None, check_crc: bool, no_color: bool) -> None:
+            ignore: tuple[str, ...], rules_dirs: tuple[str, ...], fail_on: str, quiet: bool, verbose: bool,
+            github: bool, append: str | None, max_bytes: int | None, check_crc: bool, no_color: bool) -> None:
     """Analyse one or more run directories (shell globs work, quoted or not)."""
     dirs, bad_paths = collect_run_dirs(run_dirs)
     from autopsy.api import analyze_run
@@ -186,7 +188,7 @@ def analyze(run_dirs: tuple[str, ...], fmt: str, output: str | None, select: tup
                            "(set AUTOPSY_DEBUG=1 for the traceback)", err=True)
                 worst_error = EXIT_INTERNAL
     finish(reports, fmt=fmt, output=output, no_color=no_color, quiet=quiet, github=github, append=append,
-           fail_on=fail_on, catalog=catalog, worst_error=worst_error, runs=runs)
+           fail_on=fail_on, catalog=catalog, worst_error=worst_error, runs=runs, verbose=verbose)
 
 
 class _nullbar:

@@ -55,6 +55,16 @@ def die(message: str, code: int = EXIT_USAGE) -> NoReturn:
     raise CliFail(message, code)
 
 
+def terminal_width(output: str | None) -> int | None:
+    """The text report's width: the terminal's when it is narrower than 100 columns, else the default."""
+    if output is not None or not sys.stdout.isatty():
+        return None
+    import shutil
+
+    cols = shutil.get_terminal_size((100, 24)).columns
+    return cols if 40 <= cols < 100 else None
+
+
 def use_color(no_color: bool, output: str | None) -> bool:
     if no_color or output or "NO_COLOR" in os.environ:
         return False
@@ -81,7 +91,7 @@ def exit_code(reports: Sequence[Report], fail_on: str, worst_error: int) -> int:
 
 
 def render(reports: Sequence[Report], fmt: str, *, color: bool, quiet: bool, catalog: Any = None,
-           runs: Sequence[Any] | None = None) -> str:
+           runs: Sequence[Any] | None = None, verbose: bool = False, width: int | None = None) -> str:
     """The reports in one output format (one document for all runs)."""
     if fmt == "text":
         from autopsy.report.terminal import render_table, render_terminal, render_verdict
@@ -89,7 +99,8 @@ def render(reports: Sequence[Report], fmt: str, *, color: bool, quiet: bool, cat
         if quiet:
             return "".join(render_verdict(r, color=color) + "\n" for r in reports)
         if len(reports) == 1:
-            return render_terminal(reports[0], color=color)
+            return render_terminal(reports[0], color=color, verbose=verbose,
+                                   **({"width": width} if width is not None else {}))
         return render_table(reports, color=color)
     if fmt == "md":
         from autopsy.report.markdown import render_markdown_many
@@ -182,13 +193,14 @@ def append_message(added: int, skipped: int, log: str) -> str:
 
 def finish(reports: Sequence[Report], *, fmt: str, output: str | None, no_color: bool, quiet: bool,
            github: bool, append: str | None, fail_on: str, catalog: Any, worst_error: int,
-           runs: Sequence[Any] | None = None) -> NoReturn:
+           runs: Sequence[Any] | None = None, verbose: bool = False) -> NoReturn:
     color = fmt == "text" and use_color(no_color, output)
     if reports:
         # `--format md --append LOG` without -o: the entries went into LOG; printing them
         # again would only be pasted twice. The one-line append message says what happened.
         if not (append and fmt == "md" and not output):
-            emit(render(reports, fmt, color=color, quiet=quiet, catalog=catalog, runs=runs), output, color)
+            emit(render(reports, fmt, color=color, quiet=quiet, catalog=catalog, runs=runs, verbose=verbose,
+                        width=terminal_width(output)), output, color)
         side_outputs(reports, fmt=fmt, output=output, github=github, append=append, quiet=quiet, catalog=catalog)
     raise SystemExit(exit_code(reports, fail_on, worst_error))
 
@@ -204,6 +216,8 @@ output_option = click.option("-o", "--output", type=click.Path(dir_okay=False, w
 fail_on_option = click.option("--fail-on", type=click.Choice(FAIL_ON, case_sensitive=False), default="none",
                                show_default=True, help="Exit 1 when a finding at or above this severity exists.")
 quiet_option = click.option("-q", "--quiet", is_flag=True, help="Text: only the one-line verdict per run.")
+verbose_option = click.option("-v", "--verbose", is_flag=True,
+                              help="Text: every fact, all evidence and why each rule could not be checked.")
 github_option = click.option("--github", is_flag=True,
                               help="Emit GitHub Actions annotations (automatic step summary when "
                                    "GITHUB_STEP_SUMMARY is set).")

@@ -19,6 +19,7 @@ from autopsy.cli_output import (
     no_color_option,
     output_option,
     quiet_option,
+    verbose_option,
 )
 
 
@@ -28,11 +29,12 @@ from autopsy.cli_output import (
 @output_option
 @fail_on_option
 @quiet_option
+@verbose_option
 @github_option
 @append_option
 @no_color_option
 @guarded
-def report(saved: str, fmt: str, output: str | None, fail_on: str, quiet: bool, github: bool,
+def report(saved: str, fmt: str, output: str | None, fail_on: str, quiet: bool, verbose: bool, github: bool,
            append: str | None, no_color: bool) -> None:
     """Re-render a saved JSON report (json, array or jsonl) without the run directory."""
     from pathlib import Path
@@ -51,4 +53,4 @@ def report(saved: str, fmt: str, output: str | None, fail_on: str, quiet: bool, 
     except ReportFormatError as exc:
         die(f"{saved}: {exc}")
     finish(reports, fmt=fmt, output=output, no_color=no_color, quiet=quiet, github=github, append=append,
-           fail_on=fail_on, catalog=None, worst_error=EXIT_OK)
+           fail_on=fail_on, catalog=None, worst_error=EXIT_OK, verbose=verbose)

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 import regex
 
 from autopsy.model import Artifact, ParseStatus
+from autopsy.units import fmt_duration
 
 if TYPE_CHECKING:
     from autopsy.run import Run
@@ -125,7 +126,7 @@ def _judge_mtimes(run: Run, arts: list[Artifact], mtimes: dict[str, float],
     late = [(p, d) for p, d in anchors if d > ANCHOR_TOLERANCE_S]
     if anchors and 2 * len(late) > len(anchors):
         p, d = late[0]
-        return False, (f"{p} was last modified {_span(d)} after its last event: the files were copied "
+        return False, (f"{p} was last modified {fmt_duration(d)} after its last event: the files were copied "
                        "(cp, scp, git, an archive), so their mtimes are the copy's, not the run's")
     # 2. every file written at once, though the run's own clocks (if any) say it ran for a while
     # (a toy run can write everything within two seconds; an event file's flushes cannot lie)
@@ -143,7 +144,7 @@ def _judge_mtimes(run: Run, arts: list[Artifact], mtimes: dict[str, float],
     if (len(mtimes) >= COPY_MIN_PAIR and at_once == len(mtimes) and internal_end is not None
             and oldest - internal_end > TZ_SLACK_S + COPY_WINDOW_S):
         return False, (f"all {len(mtimes)} files were last modified within {COPY_WINDOW_S:.0f} s of each other, "
-                       f"{_span(oldest - internal_end)} after the run's last recorded time: the directory was "
+                       f"{fmt_duration(oldest - internal_end)} after the run's last recorded time: the directory was "
                        "copied, so mtimes are not the run's")
     if anchors:
         return True, f"event file mtimes match their event times ({anchors[0][0]})"
@@ -191,16 +192,6 @@ def ended_trace(run: Run) -> str | None:
             if TERMINATION_LINE.search(text) or ERROR_LINE.search(text):
                 return f"{text[:120]!r} at the end of {scan.path}:{lineno}"
     return None
-
-
-def _span(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 3 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
 
 
 def _finite(x: object) -> bool:

@@ -251,6 +251,24 @@ class RunSummary:
 
 
 @dataclass(frozen=True)
+class Fix:
+    """What to do about the root cause, computed once so that every renderer shows the same.
+
+    ``steps``: the run-specific changes, most concrete first (which setting to move or set to
+    what, at ``file:line``; which checkpoints to delete and what that frees); ``resume``: the
+    resume step (the command, or what to do without one), None when resuming is not advised;
+    ``action``: the rule card's general "what to do". Text is plain prose with code in
+    CommonMark code spans (`` `save_total_limit: 2` ``): renderers escape the prose for their
+    format and show the spans as code.
+    """
+
+    rule: str
+    steps: tuple[str, ...] = ()
+    resume: str | None = None
+    action: str | None = None
+
+
+@dataclass(frozen=True)
 class Report:
     """The result of ``autopsy.analyze``: findings sorted primary first, and every outcome.
 
@@ -267,6 +285,9 @@ class Report:
     # Display-only series (downsampled metrics, checkpoint timeline) so that a report saved as
     # JSON can still draw its charts; see autopsy.report.display_series. None: not collected.
     series: dict[str, Any] | None = None
+    # The fix for the verdict's root cause (autopsy.report.fix); None on a clean run, or in a
+    # report built by hand or saved before it existed (renderers then compute it).
+    fix: Fix | None = None
 
     @property
     def primary(self) -> Finding | None:

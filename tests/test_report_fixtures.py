@@ -86,10 +86,43 @@ def test_fixture_json_and_sarif_validate(name: str, pinned: Path, report_validat
 
 
 @pytest.mark.parametrize("name", [n for n in SNAPSHOT_RUNS if n in _runs()])
-def test_fixture_snapshots(name: str, pinned: Path) -> None:
+def test_fixture_markdown_snapshots(name: str, pinned: Path) -> None:
     from autopsy.report.markdown import render_markdown
+
+    assert_snapshot(f"fixture_{name}.md", render_markdown(_report(pinned, name)))
+
+
+SCREEN_LINES = 50  # a first screen: a laptop terminal at 100 columns
+
+
+@pytest.mark.parametrize("name", _runs())
+def test_fixture_terminal_fits_100_columns_and_acts_on_the_first_screen(name: str, pinned: Path) -> None:
+    """100 columns, no word broken, the whole verdict and the fix on the first screen, Not evaluated last."""
+    from autopsy.report.common import verdict_finding
     from autopsy.report.terminal import render_terminal
 
     report = _report(pinned, name)
-    assert_snapshot(f"fixture_{name}.txt", render_terminal(report))
-    assert_snapshot(f"fixture_{name}.md", render_markdown(report))
+    text = render_terminal(report, width=100)
+    assert_snapshot(f"fixture_{name}.txt", text)
+    lines = text.splitlines()
+    for line in lines:  # a line over 100 columns is one word that cannot be broken (a long path)
+        assert len(line) <= 100 or len(line.split()) <= 2, line
+    top = verdict_finding(report)
+    first = " ".join(x.strip() for x in lines[:SCREEN_LINES])
+    if top is not None:
+        assert " ".join(top.message.split()) in first  # the verdict's message, whole
+        assert "Fix" in lines[:SCREEN_LINES] or "Recovery" in lines[:SCREEN_LINES], name
+        assert "," not in next((w for w in first.split() if w.startswith("pid=")), "")
+    headings = [x for x in lines if x and not x.startswith(" ")]
+    if report.not_evaluated:
+        assert headings[-1].startswith("Not evaluated"), headings
+
+
+def test_verbose_shows_every_fact_and_reason(pinned: Path) -> None:
+    from autopsy.report.terminal import render_terminal
+
+    report = _report(pinned, "disk_full")
+    short, full = render_terminal(report), render_terminal(report, verbose=True)
+    assert "(-v: all" in short and "(-v: all" not in full
+    for o in report.not_evaluated:
+        assert f"{o.rule}: " in full and f"{o.rule}: " not in short

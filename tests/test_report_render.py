@@ -101,14 +101,18 @@ def test_no_findings_gives_a_note_not_an_entry() -> None:
 def test_terminal_verdict_and_sections() -> None:
     report = samples.disk_full()
     text = render_terminal(report)
-    first = text.splitlines()[0]
-    assert first == render_verdict(report)
-    assert first.startswith("runs/exp42: CRITICAL disk.full at step 9,000, 2025-10-24 14:03:11 UTC: ")
-    for section in ("Findings (3)", "Recovery", "Not evaluated (1)", "Unreadable, skipped or empty (1)"):
-        assert section in text
+    head = text.split("\n\n", 1)[0]
+    assert " ".join(head.split()) == " ".join(render_verdict(report).split())  # the whole verdict, wrapped
+    assert max(len(x) for x in text.splitlines()) <= 100
+    assert head.startswith("runs/exp42: CRITICAL disk.full at step 9,000, 2025-10-24 14:03:11 UTC: ")
+    sections = ["Evidence", "Fix", "Recovery", "Other findings (2)", "Unreadable, skipped or empty (1)",
+                "Not evaluated (1)"]
+    lines = text.splitlines()
+    assert [x for x in lines if x and not x.startswith(" ")][1:] == sections  # in this order, Not evaluated last
     assert "resume, run from runs/exp42:\n    python train.py --config configs/train.yaml --resume_from_checkpoint " \
         "checkpoint-8000\n" in text
     assert "lost since the checkpoint: 1,000 steps, 1h 03m" in text
+    assert "  1. Keep `checkpoint-8000` (the latest valid checkpoint)" in text  # the fix, as in markdown
     assert "\x1b" not in text
 
 

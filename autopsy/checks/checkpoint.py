@@ -19,8 +19,8 @@ from autopsy.checks.series import cite, config_entry, config_evidence, config_fl
 from autopsy.engine.types import CheckContext, NotEvaluated
 from autopsy.model import Confidence, Evidence, Finding, Severity
 from autopsy.parsers.types import Checkpoint, ConfigEntry
-from autopsy.report.common import fmt_bytes
 from autopsy.run import Run
+from autopsy.units import fmt_bytes, fmt_duration
 
 LIMIT_KEYS = ("save_total_limit", "keep_last_n", "keep_last", "max_to_keep", "keep_checkpoint_max",
               "max_checkpoints", "num_checkpoints_to_keep", "save_top_k", "checkpoints_total_limit")
@@ -319,7 +319,7 @@ def gap(ctx: CheckContext) -> Iterable[Finding]:
         facts["missed_saves"] = int(steps_lost // cadence)
     if not big:
         return []
-    hours = f" (~{seconds / 3600:.1f} h)" if seconds is not None else ""
+    hours = f" (~{fmt_duration(seconds)})" if seconds is not None else ""
     if latest is None:
         msg = f"The run stopped at step {last} with no valid checkpoint at all: all {steps_lost} steps{hours} are lost."
     else:

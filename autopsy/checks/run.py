@@ -27,6 +27,7 @@ from autopsy.engine.types import CheckContext, NotEvaluated
 from autopsy.model import ArtifactKind, Confidence, Evidence, Finding, Severity
 from autopsy.parsers.types import Hit, LogScan
 from autopsy.run import Run
+from autopsy.units import fmt_duration
 
 
 def _stall_threshold(ctx: CheckContext, cadence: float | None) -> float:
@@ -201,7 +202,7 @@ def stalled(ctx: CheckContext) -> Iterable[Finding]:
             continue
         gap = scan.last_wall_time - float(own["wall_time"].max())
         if gap > threshold:
-            reasons.append(f"{scan.path} kept printing for {gap / 3600:.1f} h after its last step")
+            reasons.append(f"{scan.path} kept printing for {fmt_duration(gap)} after its last step")
             ev.append(Evidence(path=scan.path, line=scan.tail[-1][0] if scan.tail else None,
                                excerpt=scan.tail[-1][1][:300] if scan.tail else None))
             facts["seconds_alive_after_last_step"] = round(gap, 1)
@@ -214,7 +215,7 @@ def stalled(ctx: CheckContext) -> Iterable[Finding]:
         logs = [a for a in run.discovery.artifacts if a.kind is ArtifactKind.LOG and run.clock.mtimes_trusted]
         for art in sorted(logs, key=lambda a: a.mtime, reverse=True)[:1]:  # the newest log: the latest attempt
             if art.mtime - t_prog > threshold:
-                reasons.append(f"{art.path} was modified {(art.mtime - t_prog) / 3600:.1f} h after the last step")
+                reasons.append(f"{art.path} was modified {fmt_duration(art.mtime - t_prog)} after the last step")
                 ev.append(Evidence(path=art.path, detail=f"mtime {art.mtime:.0f}, last progress {t_prog:.0f}"))
                 facts.setdefault("log_newer_than_progress_seconds", round(art.mtime - t_prog, 1))
                 confidence = max(confidence, Confidence.MEDIUM)
@@ -331,16 +332,8 @@ def _maybe_running(ctx: CheckContext, t_prog: float, t_src: str) -> list[Finding
                                 "progress_source": t_src, "checkpoints_in_progress": saving}
     busy = (f"; {', '.join(saving[:3])} {'is' if len(saving) == 1 else 'are'} incomplete but recent "
             "(a save may be in progress)") if saving else ""
-    msg = (f"The run is at step {last} of {planned} and its last progress is only {_age(age)} old ({t_src}): "
+    msg = (f"The run is at step {last} of {planned} and its last progress is only {fmt_duration(age)} old ({t_src}): "
            f"it may still be running{busy}. Nothing says it ended; analyse it again once it has stopped.")
     ev = [Evidence(path=p, detail="incomplete, written recently: a save may be in progress") for p in saving[:3]]
     return [ctx.finding(msg, key="run.incomplete:maybe_running", facts=facts, evidence=ev, severity=Severity.INFO,
                         confidence=Confidence.LOW, step=last)]
-
-
-def _age(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"

@@ -393,12 +393,8 @@ def fmt_num(v: float | None) -> str:
 
 
 def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "—"
-    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
-    v = float(n)
-    for unit in units:
-        if abs(v) < 1024 or unit == units[-1]:
-            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
-        v /= 1024
-    return f"{v:.1f} PiB"
+    """The one byte wording of every report (decimal units, :func:`autopsy.report.common.fmt_bytes`);
+    an em dash when unknown."""
+    from autopsy.report.common import fmt_bytes as shared
+
+    return "—" if n is None else shared(n)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from autopsy.model import Artifact, ArtifactKind, Evidence, Finding, OutcomeKind, ParseStatus, Report, Severity
+from autopsy.units import fmt_bytes, fmt_duration
 
 # Parse outcomes worth telling the user about ("could not read"); SKIPPED is deliberate.
 DAMAGED = (ParseStatus.TRUNCATED, ParseStatus.UNREADABLE, ParseStatus.IN_PROGRESS)
@@ -147,34 +149,6 @@ def fmt_step(report: Report) -> str:
     return f"{last:,}/{total:,}" if total else f"{last:,}"
 
 
-def fmt_bytes(n: float | int | None) -> str:
-    """Decimal units like ``df -h --si``; GB is what users compare with volume sizes."""
-    if n is None:
-        return "?"
-    value = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(value) < 1000 or unit == "TB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{value:.1f} PB"  # pragma: no cover - the loop returns at TB
-
-
-def fmt_duration(seconds: float | None) -> str:
-    """``3h 02m``, ``12m 05s``, ``40s``."""
-    if seconds is None or not math.isfinite(seconds):
-        return "?"
-    if 0 < seconds < 1:
-        return "under 1s"
-    s = round(seconds)
-    if s >= 86400:
-        return f"{s // 86400}d {s % 86400 // 3600:02d}h"
-    if s >= 3600:
-        return f"{s // 3600}h {s % 3600 // 60:02d}m"
-    if s >= 60:
-        return f"{s // 60}m {s % 60:02d}s"
-    return f"{s}s"
-
-
 def fmt_time(ts: float | None) -> str:
     """Unix seconds as ``2025-10-24 14:03:11 UTC`` (UTC: the same on every machine)."""
     if ts is None or not math.isfinite(ts):
@@ -226,10 +200,20 @@ def fmt_value(v: Any) -> str:
     return str(v)
 
 
+# Facts that are identifiers, not quantities: printed as they are (pid=16683, port 29500), never 16,683.
+_ID_FACT = re.compile(r"(?:^|_)(?:pid|pids|ppid|port|ports|id|ids|jobid|job_id|uid|gid|rank|ranks|local_rank|"
+                      r"exitcode|exit_code|code|signal|signum|errno|line|lines|seed|version|year)$")
+
+
 def fmt_fact(name: str, v: Any) -> str:
-    """Facts whose name says bytes are shown in GB/MB; the rest by type."""
+    """Facts whose name says bytes are shown in GB/MB; identifiers as they are; the rest by type."""
     if "bytes" in name and isinstance(v, (int, float)) and not isinstance(v, bool):
         return fmt_bytes(v)
+    if _ID_FACT.search(name.lower()):
+        if isinstance(v, int) and not isinstance(v, bool):
+            return str(v)
+        if isinstance(v, (list, tuple)) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+            return "[" + ", ".join(str(x) for x in v[:5]) + (f", … ({len(v)} in all)" if len(v) > 5 else "") + "]"
     # Unix times (an mtime, a wall time) read as dates, not as 1.8e+09.
     if (name.endswith(("mtime", "_time", "_wall_time")) and isinstance(v, float) and math.isfinite(v)
             and v > 1e8):

@@ -26,6 +26,7 @@ from autopsy.report.charts import finding_anchor, fmt_bytes, fmt_num
 from autopsy.report.common import fmt_duration as duration_text
 from autopsy.report.common import fmt_time as time_text
 from autopsy.report.common import is_cause_link, nothing_readable
+from autopsy.report.fix import fix_for, fix_text_html
 from autopsy.report.sanitize import strip_terminal
 
 if TYPE_CHECKING:
@@ -230,7 +231,11 @@ def _verdict(report: Report, primary: Finding | None) -> dict[str, Any]:
             primary.severity, "info")
         headline = primary.title
         message = primary.message
+    fix = fix_for(report, primary) if primary is not None else None
+    steps = [*fix.steps, *([f"In general: {fix.action}"] if fix.action else []),
+             *([fix.resume] if fix.resume else [])] if fix is not None else []
     return {"kind": kind, "headline": headline, "message": message, "when": when, "recovery": recovery,
+            "fix": [Markup(fix_text_html(s)) for s in steps],
             "rule": primary.rule if primary else None, "anchor": _anchor_of(primary, report.findings)}
 
 

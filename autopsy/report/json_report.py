@@ -21,6 +21,7 @@ from autopsy.model import (
     Confidence,
     Evidence,
     Finding,
+    Fix,
     Outcome,
     OutcomeKind,
     ParseStatus,
@@ -134,6 +135,9 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         ],
         "problems": sorted(report.problems),
     }
+    if report.fix is not None:  # optional: the fix for the verdict's root cause (docs/json-schema.md)
+        out["fix"] = {"rule": report.fix.rule, "steps": list(report.fix.steps), "resume": report.fix.resume,
+                      "action": report.fix.action}
     if report.series is not None:  # optional: display data for re-rendering charts (docs/json-schema.md)
         out["series"] = _jsonable(report.series)
     return out
@@ -226,10 +230,15 @@ def report_from_dict(data: Mapping[str, Any]) -> Report:
     except (KeyError, TypeError, AttributeError) as exc:
         raise ReportFormatError(f"malformed report: {exc!r}") from None
     series = data.get("series")
+    fix_d = data.get("fix")
+    fix = Fix(rule=str(fix_d["rule"]), steps=tuple(str(x) for x in fix_d.get("steps") or ()),
+              resume=fix_d.get("resume") if isinstance(fix_d.get("resume"), str) else None,
+              action=fix_d.get("action") if isinstance(fix_d.get("action"), str) else None) \
+        if isinstance(fix_d, Mapping) and isinstance(fix_d.get("rule"), str) else None
     return Report(run=run, findings=findings, outcomes=tuple(outcomes), artifacts=artifacts,
                   problems=tuple(str(p) for p in data.get("problems") or ()),
                   autopsy_version=str(data.get("autopsy_version") or ""),
-                  series=_from_json_value(dict(series)) if isinstance(series, Mapping) else None)
+                  series=_from_json_value(dict(series)) if isinstance(series, Mapping) else None, fix=fix)
 
 
 def _resume_from_dict(d: Any) -> ResumePlan | None:

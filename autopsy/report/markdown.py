@@ -13,7 +13,6 @@ goes through :mod:`autopsy.report.sanitize` (no raw HTML, fences longer than any
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 import math
 import re
 from collections.abc import Mapping
@@ -21,7 +20,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from autopsy.model import Finding, Report, Severity
-from autopsy.report.advice import advice_for, config_evidence, resume_advised, resume_step
+from autopsy.report.advice import advice_for, config_evidence
 from autopsy.report.common import (
     damaged_artifacts,
     failure_time,
@@ -32,10 +31,10 @@ from autopsy.report.common import (
     is_cause_link,
     nothing_readable,
     ordered_findings,
-    run_finished,
     struck_at,
     unique_evidence,
 )
+from autopsy.report.fix import _default_catalog, card_docs, explained, fix_for, fix_text_md
 from autopsy.report.sanitize import md_code, md_code_block, md_text, truncate
 
 STATUS_IN_PROGRESS = "⏳ IN PROGRESS"
@@ -46,32 +45,6 @@ FINGERPRINT_LABEL = "autopsy fingerprint"
 
 
 # ------------------------------------------------------------------------- catalog
-
-
-@functools.lru_cache(maxsize=1)
-def _default_catalog() -> Any:
-    try:
-        from autopsy.engine.loader import load_catalog
-    except ImportError:  # the engine is optional for rendering a saved report
-        return None
-    try:
-        return load_catalog()
-    except Exception:  # a broken user card must not stop a report from rendering
-        return None
-
-
-def card_docs(catalog: Any, rule: str) -> Mapping[str, Any]:
-    """The ``docs`` of a rule's card, or {} when there is no catalog or no such card."""
-    if catalog is None:
-        return {}
-    card = None
-    try:
-        card = catalog.get(rule)
-    except (KeyError, AttributeError):
-        cards = getattr(catalog, "cards", None)
-        card = cards.get(rule) if isinstance(cards, Mapping) else None
-    docs = getattr(card, "docs", None)
-    return docs if isinstance(docs, Mapping) else {}
 
 
 # -------------------------------------------------------------------------- entries
@@ -94,13 +67,6 @@ def root_causes(report: Report) -> list[Finding]:
         top = next((f for f in ordered_findings(report) if f.severity >= Severity.WARNING), None)
         out = [top] if top is not None else []
     return out
-
-
-def explained(report: Report, cause: Finding) -> list[Finding]:
-    """The findings linked to this root cause (symptoms and contributing causes), or other
-    findings of its own rule."""
-    return [f for f in ordered_findings(report) if f is not cause and (
-        f.explained_by == cause.rule or (f.rule == cause.rule and f.explained_by is None))]
 
 
 def _evidence_bullet(ev: Any) -> str:
@@ -214,19 +180,14 @@ def _is_config(report: Report, ev: Any) -> bool:
     return is_config_evidence(report, ev)
 
 
-def _solution(report: Report, cause: Finding, related: list[Finding], docs: Mapping[str, Any]) -> list[str]:
-    adv = advice_for(cause.rule)
-    steps = adv.steps(cause, report, [cause, *related]) if adv else []
-    if docs.get("action"):
-        action = md_text(str(docs["action"]).strip())
+def _solution(report: Report, cause: Finding, catalog: Any) -> list[str]:
+    fix = fix_for(report, cause, catalog)
+    steps = [fix_text_md(s) for s in fix.steps] if fix is not None else []
+    if fix is not None and fix.action:
+        action = md_text(fix.action)
         steps.append(f"In general: {action}" if steps else action)
-    if resume_advised(cause.rule) and cause.severity >= Severity.ERROR and not run_finished(report):
-        step = resume_step(report)
-        if step:
-            steps.append(step)
-    elif run_finished(report) and cause.severity >= Severity.ERROR:
-        steps.append("The run finished with this problem in it: after the fix, train again rather than "
-                     "resuming from its checkpoints.")
+    if fix is not None and fix.resume:
+        steps.append(fix_text_md(fix.resume))
     if not steps:
         steps = [f"See {md_code(f'autopsy rules explain {cause.rule}')}."]
     return [f"{i}. {s}" for i, s in enumerate(steps, 1)]
@@ -338,7 +299,7 @@ def render_entry(report: Report, cause: Finding, catalog: Any = None) -> str:
         *_root_cause(report, cause, related, docs),
         "",
         "**Solution Applied:**",
-        *_solution(report, cause, related, docs),
+        *_solution(report, cause, catalog),
         "",
         "**Files Changed:**",
         *_files_changed(report, cause, related),

@@ -17,8 +17,8 @@ from urllib.parse import quote
 
 from autopsy.model import Evidence, Finding, Report, Severity
 from autopsy.report.common import ordered_findings
+from autopsy.report.fix import _default_catalog, card_docs
 from autopsy.report.json_report import _jsonable
-from autopsy.report.markdown import _default_catalog, card_docs
 from autopsy.report.sanitize import strip_terminal
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
