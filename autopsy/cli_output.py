@@ -35,8 +35,9 @@ Exit codes:
   0  analysis ran; no finding at or above --fail-on (default: never fail on findings)
   1  a finding at or above --fail-on exists (e.g. --fail-on error)
   2  usage or input error: bad option, missing or non-directory RUN_DIR (the other
-     runs are still analysed and reported), unreadable or malformed saved report,
-     unknown --select/--ignore rule, a --rules card refused or misnamed
+     runs are still analysed and reported), a RUN_DIR with nothing autopsy can read,
+     unreadable or malformed saved report, unknown --select/--ignore rule, a --rules
+     card refused or misnamed
   3  internal error: autopsy itself crashed on a run (the other runs are still reported)
   When several apply, the highest code wins (3 over 2 over 1): a run that was not
   analysed must not pass for a clean one, nor hide behind a finding.
@@ -76,6 +77,12 @@ def use_color(no_color: bool, output: str | None) -> bool:
 
 
 def exit_code(reports: Sequence[Report], fail_on: str, worst_error: int) -> int:
+    """The highest code that applies: 3 internal error, 2 input error (a run with nothing autopsy
+    can read is one: it was not analysed, so it must not pass a --fail-on gate), 1 a finding."""
+    from autopsy.report.common import nothing_readable
+
+    if any(nothing_readable(r) is not None for r in reports):
+        worst_error = max(worst_error, EXIT_USAGE)
     if worst_error:
         return worst_error
     if fail_on != "none":

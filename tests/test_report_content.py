@@ -165,7 +165,7 @@ def test_binary_log_only_says_nothing_readable_and_lists_the_skip(tmp_path: Path
     (tmp_path / "train.log").write_bytes(bytes(range(256)) * 20)
     report = autopsy.analyze(tmp_path)
     text = render_terminal(report)
-    first = text.splitlines()[0]
+    first = text.split("\n\n", 1)[0]  # the verdict, wrapped at 100 columns
     assert "nothing autopsy can read in" in first and "no failure found" not in first
     assert "train.log" in first
     assert "train.log (skipped): binary content" in text
@@ -179,6 +179,25 @@ def test_empty_dir_says_it_is_empty(tmp_path: Path) -> None:
     report = autopsy.analyze(tmp_path)
     first = render_verdict(report)
     assert "nothing autopsy can read in" in first and "empty" in first
+
+
+def test_nothing_readable_exits_2_even_with_fail_on(tmp_path: Path) -> None:
+    """An empty run directory was not analysed: it never passes a --fail-on gate (exit 2)."""
+    from click.testing import CliRunner
+
+    from autopsy.cli import main
+
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "train.log").write_text("step 1 loss 2.0\nstep 2 loss 1.9\n")
+    runner = CliRunner()
+    for args in ([], ["--fail-on", "error"], ["--format", "json"], ["-q"]):
+        r = runner.invoke(main, ["analyze", str(tmp_path / "empty"), *args], env={"NO_COLOR": "1"})
+        assert r.exit_code == 2, (args, r.output)
+    assert runner.invoke(main, ["analyze", str(tmp_path / "logs"), "--fail-on", "error"]).exit_code == 0
+    # one unreadable run among good ones: still 2
+    r = runner.invoke(main, ["analyze", str(tmp_path / "logs"), str(tmp_path / "empty"), "-q"])
+    assert r.exit_code == 2
 
 
 def test_zero_byte_event_file_is_listed(tmp_path: Path) -> None:
@@ -287,3 +306,39 @@ def test_pandas_is_only_used_for_display_frames() -> None:
     frame = series_frame({"metrics": [{"source": "log", "path": "a.log", "tag": "loss", "metric": "loss",
                                        "rank": None, "n_points": 2, "steps": [1, 2], "values": [2.0, 1.5]}]})
     assert isinstance(frame, pd.DataFrame) and list(frame["value"]) == [2.0, 1.5]
+
+
+def test_no_failure_found_only_when_everything_was_checked() -> None:
+    """A clean verdict names the rules that could not check and the files not fully read."""
+    from autopsy.model import Artifact, ArtifactKind, Outcome, OutcomeKind, ParseStatus, Report, RunSummary
+    from autopsy.report.common import clean_verdict
+
+    ran = (Outcome("disk.full", OutcomeKind.NOT_FIRED), Outcome("oom.cuda", OutcomeKind.NOT_FIRED))
+    log = Artifact("train.log", ArtifactKind.LOG, 100, 1.0)
+    full = Report(RunSummary(path="r", last_step=10), (), outcomes=ran, artifacts=(log,))
+    assert clean_verdict(full) == ("no failure found", "last step 10; 2 rules checked")
+    cut = Artifact("tb/events.out.tfevents.1.h", ArtifactKind.TFEVENTS, 100, 1.0, ParseStatus.TRUNCATED, "cut")
+    partial = Report(RunSummary(path="r", last_step=10), (),
+                     outcomes=(*ran, Outcome("loss.spike", OutcomeKind.NOT_EVALUATED, reason="no loss series")),
+                     artifacts=(log, cut))
+    what, details = clean_verdict(partial)
+    assert what == "no failure found in what autopsy could check"
+    assert "1 could not check (loss.spike)" in details and "tb/events.out.tfevents.1.h truncated" in details
+    assert render_verdict(partial).startswith("r: no failure found in what autopsy could check (")
+    assert "no failure found in what autopsy could check" in render_markdown(partial)
+
+
+def test_rules_across_ranks_do_not_make_a_single_process_run_unchecked() -> None:
+    from autopsy.model import Artifact, ArtifactKind, Outcome, OutcomeKind, Report, RunSummary
+    from autopsy.report.common import clean_verdict
+
+    outcomes = (Outcome("disk.full", OutcomeKind.NOT_FIRED),
+                Outcome("dist.straggler", OutcomeKind.NOT_EVALUATED, reason="single-process run"))
+    one = Report(RunSummary(path="r", last_step=5), (), outcomes=outcomes,
+                 artifacts=(Artifact("train.log", ArtifactKind.LOG, 10, 1.0),))
+    assert clean_verdict(one) == ("no failure found", "last step 5; 1 rule checked; 1 not applicable to a "
+                                                      "single-process run")
+    two = Report(RunSummary(path="r", last_step=5), (), outcomes=outcomes,
+                 artifacts=(Artifact("logs/0/stderr.log", ArtifactKind.LOG, 10, 1.0, rank=0),
+                            Artifact("logs/1/stderr.log", ArtifactKind.LOG, 10, 1.0, rank=1)))
+    assert clean_verdict(two)[0] == "no failure found in what autopsy could check"

@@ -107,6 +107,40 @@ def nothing_readable(report: Report) -> str | None:
     return "; ".join(parts) if parts else "no logs, event files, checkpoints or configs"
 
 
+_RANK_FAMILY = "dist."
+
+
+def clean_verdict(report: Report) -> tuple[str, str]:
+    """(what, details) of a run where no rule fired: ``no failure found`` only when every rule
+    ran to a verdict and every file was read; otherwise what could not be checked or read.
+
+    ``details`` names the last step, how many rules ran, the rules that could not check (the
+    first few by id) and files that were not (fully) read.
+    """
+    ran = sum(1 for o in report.outcomes if o.kind in (OutcomeKind.FIRED, OutcomeKind.NOT_FIRED))
+    unread = notable_artifacts(report)
+    parts = [f"last step {fmt_step(report)}", f"{ran} rule{'s' if ran != 1 else ''} checked"]
+    # Rules across ranks do not apply to a run with one process: they cannot miss anything there.
+    multi_rank = any(a.rank is not None and a.rank > 0 for a in report.artifacts)
+    missing = [o for o in report.not_evaluated if multi_rank or not o.rule.startswith(_RANK_FAMILY)]
+    n_na = len(report.not_evaluated) - len(missing)
+    if n_na:
+        parts.append(f"{n_na} not applicable to a single-process run")
+    gaps = missing or report.rule_errors or unread or report.problems
+    if missing:
+        names = sorted(o.rule for o in missing)
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        parts.append(f"{len(names)} could not check ({shown})")
+    if report.rule_errors:
+        parts.append(f"{len(report.rule_errors)} crashed")
+    if unread:
+        shown = ", ".join(f"{a.path} {state}" for a, state in unread[:2])
+        parts.append(f"{len(unread)} file{'s' if len(unread) != 1 else ''} not fully read ({shown}"
+                     + (f" and {len(unread) - 2} more" if len(unread) > 2 else "") + ")")
+    what = "no failure found in what autopsy could check" if gaps else "no failure found"
+    return what, "; ".join(parts)
+
+
 def missing_inputs(report: Report) -> str | None:
     """``32 rules could not be checked: no logs, scalars, checkpoints or configs found`` when every
     rule lacked inputs (none ran to a verdict), else None: then each rule's reason is worth a line."""

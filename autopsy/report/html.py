@@ -23,9 +23,9 @@ from markupsafe import Markup
 
 from autopsy.model import Evidence, Finding, OutcomeKind, ParseStatus, Report, Severity
 from autopsy.report.charts import finding_anchor, fmt_bytes, fmt_num
+from autopsy.report.common import clean_verdict, is_cause_link, nothing_readable
 from autopsy.report.common import fmt_duration as duration_text
 from autopsy.report.common import fmt_time as time_text
-from autopsy.report.common import is_cause_link, nothing_readable
 from autopsy.report.fix import fix_for, fix_text_html
 from autopsy.report.sanitize import strip_terminal
 
@@ -223,9 +223,10 @@ def _verdict(report: Report, primary: Finding | None) -> dict[str, Any]:
         headline = "Nothing autopsy can read"
         message = f"Nothing autopsy can read in {report.run.path}: {empty}."
     elif primary is None:
-        kind = "ok"
-        headline = "No problems found"
-        message = f"{len(report.outcomes)} rules checked." if report.outcomes else "No rule fired."
+        what, details = clean_verdict(report)
+        kind = "ok" if what == "no failure found" else "warning"
+        headline = what[:1].upper() + what[1:]
+        message = details[:1].upper() + details[1:] + "." if report.outcomes else "No rule fired."
     else:
         kind = {Severity.CRITICAL: "critical", Severity.ERROR: "error", Severity.WARNING: "warning"}.get(
             primary.severity, "info")

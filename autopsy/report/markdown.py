@@ -22,6 +22,7 @@ from typing import Any
 from autopsy.model import Finding, Report, Severity
 from autopsy.report.advice import advice_for, config_evidence
 from autopsy.report.common import (
+    clean_verdict,
     damaged_artifacts,
     failure_time,
     fmt_date,
@@ -327,10 +328,8 @@ def render_markdown(report: Report, catalog: Any = None) -> str:
         empty = nothing_readable(report)
         if empty is not None:
             return f"**autopsy:** nothing autopsy can read in {md_code(report.run.path)}: {md_text(empty)}.\n"
-        n_ne = len(report.not_evaluated)
-        extra = f"; {n_ne} rules could not be evaluated" if n_ne else ""
-        return (f"**autopsy:** no failure found in {md_code(report.run.path)} "
-                f"(last step {fmt_step(report)}{extra}).\n")
+        what, details = clean_verdict(report)
+        return f"**autopsy:** {what} in {md_code(report.run.path)} ({md_text(details)}).\n"
     return ENTRY_SEPARATOR.join(text for _, text in entries)
 
 

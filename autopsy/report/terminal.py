@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from autopsy.model import Evidence, Finding, Report, Severity
 from autopsy.report.advice import poisoned_words, resume_advised, resume_words
 from autopsy.report.common import (
+    clean_verdict,
     fmt_facts,
     fmt_int,
     fmt_step,
@@ -87,13 +88,8 @@ def render_verdict(report: Report, *, color: bool = False) -> str:
         empty = nothing_readable(report)
         if empty is not None:
             return f"nothing autopsy can read in {path}: {_clean(empty, 400)}"
-        what = st.ok("no failure found")
-        gaps = [f"last step {fmt_step(report)}"]
-        if report.not_evaluated:
-            gaps.append(f"{len(report.not_evaluated)} rules not evaluated")
-        if report.rule_errors:
-            gaps.append(f"{len(report.rule_errors)} rule errors")
-        return f"{path}: {what} ({', '.join(gaps)})"
+        what, details = clean_verdict(report)
+        return f"{path}: {st.ok(what)} ({_clean(details, VERDICT_WIDTH)})"
     when = _clean(struck_at(report, top), 200)  # the time's source may name a file of the run
     when = f" {when}" if when else ""
     label = st.sev(top.severity, f"{top.severity.name} {top.rule}")

@@ -8,9 +8,10 @@
   function fmt(v, kind) {
     if (typeof v === "string") { return v; }
     if (kind === "bytes") {
-      var u = ["B", "KiB", "MiB", "GiB", "TiB"], i = 0, x = Math.abs(v);
-      while (x >= 1024 && i < u.length - 1) { x /= 1024; i++; }
-      return (v < 0 ? "-" : "") + (i === 0 ? x.toFixed(0) : x.toFixed(2)) + " " + u[i];
+      // the same decimal units as every other report (autopsy.units.fmt_bytes)
+      var u = ["B", "KB", "MB", "GB", "TB"], i = 0, x = Math.abs(v);
+      while (x >= 1000 && i < u.length - 1) { x /= 1000; i++; }
+      return (v < 0 ? "-" : "") + (i === 0 ? x.toFixed(0) : x.toFixed(1)) + " " + u[i];
     }
     var a = Math.abs(v);
     if (Number.isInteger(v) && a < 1e15) { return v.toLocaleString("en-US"); }
