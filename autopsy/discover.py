@@ -13,10 +13,12 @@ import os
 import re
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from autopsy.model import Artifact, ArtifactKind, ParseStatus
+from autopsy.parsers.metric_tables import sniff_table_head
+from autopsy.parsers.tracker_stores import sniff_mlflow_metric
 
 DEFAULT_MAX_DEPTH = 12
 DEFAULT_MAX_FILES = 200_000
@@ -33,9 +35,17 @@ _NOT_LOG_TXT = re.compile(
 _CONFIG_SUFFIXES = frozenset({".yaml", ".yml", ".json", ".toml", ".cfg", ".ini"})
 _NOT_CONFIG_JSON = frozenset({"vocab.json", "special_tokens_map.json", "added_tokens.json"})
 _LAUNCH_SUFFIXES = frozenset({".sh", ".sbatch", ".slurm", ".bash", ".qsub", ".pbs"})
-_WEIGHT_SUFFIXES = frozenset({".safetensors", ".pt", ".pth", ".bin", ".ckpt", ".pkl", ".npz", ".gguf"})
+_WEIGHT_SUFFIXES = frozenset({".safetensors", ".pt", ".pth", ".bin", ".ckpt", ".pkl", ".npz", ".gguf", ".keras",
+                              ".distcp"})
+# HDF5 is also a data format: only model-like names are checkpoints (Keras' model.h5, weights.03-0.41.hdf5)
+_H5_CHECKPOINT = re.compile(r"(?i)\.weights\.h5$|(model|weight|ckpt|checkpoint|epoch|best|last).*\.(h5|hdf5)$")
+_CHECKPOINT_NAMES = frozenset({".metadata", "latest"})  # torch DCP metadata, DeepSpeed's newest tag
 _EXIT_CODE_NAMES = frozenset({"exit_code", "exitcode", "returncode", "return_code", "exit_status", "exit_code.txt"})
 _NANOCHAT_META = re.compile(r"^meta_\d+\.json$")
+_TABLE_SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+# metrics.json (detectron2 writes JSON lines under it), eval_metrics.json, history.json (Keras)
+_METRIC_JSON = re.compile(r"(?i)^(?:.*[_\-.])?metrics(?:[_\-.].*)?\.json$|^history\.json$")
+JSON_SNIFF_BYTES = 16 * 1024  # a JSON-lines log's first record can be longer than SNIFF_BYTES
 
 # torchrun --log-dir: <log_dir>/<run_id>/attempt_<n>/<local_rank>/{stdout,stderr}.log
 _TORCHRUN_RANK = re.compile(r"(?:^|/)attempt_\d+/(?P<rank>\d+)/(?:stdout|stderr|error)\.(?:log|json)$")
@@ -123,8 +133,15 @@ def classify(rel_path: str, head: bytes | None) -> tuple[ArtifactKind, str | Non
         return ArtifactKind.TRAINER_STATE, None
     if lower in _EXIT_CODE_NAMES:
         return ArtifactKind.EXIT_CODE, None
+    metric = _metric_file(rel_path, lower, suffix, head)
+    if metric is not None:
+        return ArtifactKind.METRICS, metric
     if suffix in _WEIGHT_SUFFIXES:
         return ArtifactKind.CHECKPOINT_FILE, suffix.lstrip(".")
+    if _H5_CHECKPOINT.search(lower):
+        return ArtifactKind.CHECKPOINT_FILE, "h5"
+    if lower in _CHECKPOINT_NAMES and (lower != "latest" or (head is not None and _is_tag(head))):
+        return ArtifactKind.CHECKPOINT_FILE, lower.lstrip(".")
     if lower.endswith(".safetensors.index.json") or lower.endswith(".bin.index.json"):
         return ArtifactKind.CHECKPOINT_FILE, "index"
     if _NANOCHAT_META.match(lower):
@@ -157,6 +174,88 @@ def classify(rel_path: str, head: bytes | None) -> tuple[ArtifactKind, str | Non
     return ArtifactKind.OTHER, None
 
 
+def _is_tag(head: bytes) -> bool:
+    """DeepSpeed's ``latest``: one short word such as ``global_step240``."""
+    return re.fullmatch(rb"\s*[\w.\-]{1,128}\s*", head) is not None
+
+
+def _metric_file(rel_path: str, lower: str, suffix: str, head: bytes | None) -> str | None:
+    """The metric-file sub-kind of a file ("csv", "jsonl", "json", "mlflow", "wandb_summary",
+    "wandb_log"), or None when it is not one."""
+    if lower == "wandb-summary.json":
+        return "wandb_summary"
+    if suffix == ".wandb":
+        return "wandb_log"
+    if lower == "wandb-history.jsonl":
+        return "wandb_history"
+    if suffix in _TABLE_SUFFIXES:
+        return _TABLE_SUFFIXES[suffix]
+    if suffix == ".json" and _METRIC_JSON.match(lower):
+        return "json"
+    if head is None:
+        return None
+    if not suffix and sniff_mlflow_metric(rel_path, head):
+        return "mlflow"
+    if suffix in (".log", ".txt") and not looks_binary(head):
+        # Keras CSVLogger("training.log"), DETR/mmcv JSON-lines "log.txt"
+        return sniff_table_head(head)  # JSON-lines ones are confirmed by the walk (_confirm_jsonl)
+    return None
+
+
+def _confirm_jsonl(path: str) -> bool:
+    """A ``.log``/``.txt`` whose first line is a JSON object of mostly numbers (a metrics log),
+    not a structured text log (``{"level": "info", "message": ...}``)."""
+    import json
+
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(JSON_SNIFF_BYTES)
+    except OSError:
+        return False
+    try:
+        obj = json.loads(first)
+    except ValueError:
+        return False
+    if not isinstance(obj, dict) or not obj:
+        return False
+    if any(k in obj for k in ("message", "msg", "event", "levelname", "level")):
+        return False
+    numbers = sum(isinstance(v, (int, float)) and not isinstance(v, bool) for v in obj.values())
+    return numbers >= max(2, len(obj) // 2)
+
+
+def _refine_trackers(artifacts: list[Artifact]) -> list[Artifact]:
+    """Files whose kind depends on their neighbours: an MLflow run's ``params/*``, ``tags/*`` and
+    ``meta.yaml`` (a folder holding ``meta.yaml`` and ``metrics/`` or ``params/``)."""
+    paths = {a.path for a in artifacts}
+    runs = set()
+    for a in artifacts:
+        for marker in ("/params/", "/metrics/"):
+            if marker in "/" + a.path:
+                run = ("/" + a.path).split(marker, 1)[0].lstrip("/")
+                if (f"{run}/meta.yaml" if run else "meta.yaml") in paths:
+                    runs.add(run)
+    if not runs:
+        return artifacts
+    out = []
+    for a in artifacts:
+        for run in runs:
+            prefix = f"{run}/" if run else ""
+            if not a.path.startswith(prefix) or a.status is ParseStatus.UNREADABLE:
+                continue
+            rest = a.path[len(prefix):]
+            if rest.startswith("params/"):
+                a = replace(a, kind=ArtifactKind.CONFIG, detail="mlflow_param", status=ParseStatus.OK, note=None)
+            elif rest.startswith("tags/"):
+                a = replace(a, kind=ArtifactKind.OTHER, detail="mlflow_tag", status=ParseStatus.SKIPPED,
+                            note="MLflow run tag (not a setting)")
+            elif rest == "meta.yaml":
+                a = replace(a, detail="mlflow_meta")
+            break
+        out.append(a)
+    return out
+
+
 def discover(root: Path, limits: WalkLimits | None = None) -> Discovery:
     """Walk ``root`` and return every file as an :class:`Artifact` with its kind.
 
@@ -175,7 +274,7 @@ def discover(root: Path, limits: WalkLimits | None = None) -> Discovery:
             break
         artifacts.append(entry)
     artifacts.sort(key=lambda a: a.path)
-    return Discovery(tuple(artifacts), tuple(problems), truncated)
+    return Discovery(tuple(_refine_trackers(artifacts)), tuple(problems), truncated)
 
 
 def _walk(root: Path, limits: WalkLimits, problems: list[str]) -> Iterator[Artifact]:
@@ -254,6 +353,8 @@ def _walk(root: Path, limits: WalkLimits, problems: list[str]) -> Iterator[Artif
                 continue
             head, err = _sniff(Path(entry.path)) if st.st_size else (b"", None)
             kind, detail = classify(rel, head)
+            if kind is ArtifactKind.LOG and head and head.startswith(b'{"') and _confirm_jsonl(entry.path):
+                kind, detail = ArtifactKind.METRICS, "jsonl"  # DETR / mmcv JSON-lines "log.txt"
             status = ParseStatus.OK
             note = None
             if err is not None:

@@ -65,6 +65,7 @@ class ArtifactKind(str, enum.Enum):
     CONFIG = "config"
     LAUNCH_SCRIPT = "launch_script"
     CHECKPOINT_FILE = "checkpoint_file"  # weights/optimizer/meta files that belong to a checkpoint
+    METRICS = "metrics"  # a metric file: CSV/JSONL table, MLflow metric, W&B summary or record log
     EXIT_CODE = "exit_code"
     OTHER = "other"  # listed with its size, never parsed
 

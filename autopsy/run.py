@@ -25,6 +25,7 @@ from autopsy.parsers.types import (
     ConfigEntry,
     DiskUsage,
     LogScan,
+    MetricRows,
     Parsed,
     PatternSpec,
     Traceback,
@@ -150,7 +151,7 @@ class Run:
         return out
 
     def _parse_all(self) -> None:
-        _ = self.logs, self.tfevents, self.trainer_states, self.config_entries, self.checkpoint_list
+        _ = self.logs, self.tfevents, self.trainer_states, self.config_entries, self.checkpoint_list, self.metric_files
 
     # ------------------------------------------------------------------ parsed data
 
@@ -188,6 +189,20 @@ class Run:
         return out
 
     @cached_property
+    def metric_files(self) -> list[MetricRows]:
+        """Series of every metric file (CSV/JSONL tables, MLflow metrics, W&B summaries and logs)."""
+        from autopsy.parsers.metric_files import read_metric_file
+
+        out = []
+        for art in self.artifacts_of(ArtifactKind.METRICS):
+            parsed = read_metric_file(self.fs_path(art.path), art.path, art.detail,
+                                      max_bytes=self.options.max_bytes_per_file)
+            self.record_damage(art.path, parsed.status, parsed.note)
+            if parsed.value is not None and parsed.value.values:
+                out.append(parsed.value)
+        return out
+
+    @cached_property
     def trainer_states(self) -> list[TrainerState]:
         """Every readable ``trainer_state.json`` (root and checkpoints), root first then by step."""
         from autopsy.parsers.trainer_state import read_trainer_state
@@ -212,8 +227,14 @@ class Run:
     def config_entries(self) -> list[ConfigEntry]:
         """Every flattened config value of configs, launch scripts and argument dumps."""
         entries = list(self._file_config_entries)
+        from autopsy.parsers.tb_config import read_tb_config
+
+        for art in self.artifacts_of(ArtifactKind.TFEVENTS):  # HF's args text, Lightning's hparams
+            entries.extend(read_tb_config(self.fs_path(art.path), art.path))
         for scan in self.logs:  # configuration the program printed (source "log")
             entries.extend(scan.config)
+        for rows in self.metric_files:  # settings a tracker recorded beside its metrics (W&B records)
+            entries.extend(rows.config)
         return entries
 
     @cached_property
@@ -309,7 +330,8 @@ class Run:
     def scalars(self) -> pd.DataFrame:
         """Every numeric series in one long frame (cached).
 
-        Columns: ``source`` ("tensorboard", "trainer_state", "log"), ``path`` (the file),
+        Columns: ``source`` ("tensorboard", "trainer_state", "log", and metric files: "csv",
+        "jsonl", "json", "mlflow", "wandb"), ``path`` (the file),
         ``tag`` (as written), ``metric`` (canonical name such as "loss", "lr", "grad_norm",
         or None), ``split`` ("train", "eval", "val", "test", or "" when the tag and its source
         do not say: ``eval_loss`` is "eval", ``val/acc`` "val", an unprefixed trainer_state key
@@ -318,7 +340,7 @@ class Run:
         """
         from autopsy.run_frames import scalars_frame
 
-        return scalars_frame(self.tfevents, self.trainer_state, self.logs)
+        return scalars_frame(self.tfevents, self.trainer_state, self.logs, self.metric_files)
 
     def series(self, metric: str, *, source: str | None = None, rank: int | None = None) -> pd.DataFrame:
         """The rows of ``scalars`` for one canonical metric from the best single source.

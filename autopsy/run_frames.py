@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from autopsy.metrics import EPOCH, TRAIN, canonical_metric, split_of
 from autopsy.model import Artifact
-from autopsy.parsers.types import Checkpoint, ConfigEntry, LogScan, Traceback, TrainerState
+from autopsy.parsers.types import Checkpoint, ConfigEntry, LogScan, MetricRows, Traceback, TrainerState
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,8 +34,12 @@ def splits_of(tags: pd.Series, sources: pd.Series) -> pd.Series:
 
 
 def scalars_frame(tfevents: Sequence[tuple[str, pd.DataFrame]], trainer_state: TrainerState | None,
-                  logs: Sequence[LogScan]) -> pd.DataFrame:
-    """Every numeric series in one long frame: event files, then trainer_state, then logs."""
+                  logs: Sequence[LogScan], metric_files: Sequence[MetricRows] = ()) -> pd.DataFrame:
+    """Every numeric series in one long frame: event files, trainer_state, logs, then metric files.
+
+    ``split`` is what the source said (a metric file's column or record), else what the tag
+    says (``eval_loss`` -> "eval", ``train/loss`` -> "train"), else "".
+    """
     import pandas as pd
 
     frames = []
@@ -56,13 +60,28 @@ def scalars_frame(tfevents: Sequence[tuple[str, pd.DataFrame]], trainer_state: T
     for scan in logs:
         if scan.series:
             frames.append(_log_series_frame(scan).assign(source="log", path=scan.path))
+    for rows in metric_files:
+        if rows.values:
+            frames.append(pd.DataFrame({
+                "tag": rows.tags, "step": pd.array(rows.steps, dtype="Int64"), "wall_time": rows.wall_times,
+                "value": rows.values, "split": rows.splits,
+            }).assign(source=rows.source, path=rows.path, rank=pd.NA))
     if not frames:
         return _empty_scalars()
     df = pd.concat(frames, ignore_index=True)
     tags = df["tag"].astype(str)
     mapping = {t: canonical_metric(t) for t in tags.unique()}
     df["metric"] = tags.map(mapping)
-    df["split"] = splits_of(tags, df["source"].astype(str))
+    by_tag = splits_of(tags, df["source"].astype(str))
+    if "split" in df:  # metric files say the split of each row themselves (a column, a record's mode)
+        given = df["split"]
+        df["split"] = given.where(given.notna() & (given != ""), by_tag).astype(object)
+    else:
+        df["split"] = by_tag
+    # a "loss" the file put in a validation/test row (mmcv's {"mode": "val", "loss": ...}) is
+    # the eval loss: rules asking for the train loss must not get it
+    held_out = (df["metric"] == "loss") & df["split"].isin(("eval", "val", "test"))
+    df.loc[held_out, "metric"] = "eval_loss"
     df["step"] = pd.to_numeric(df["step"], errors="coerce").astype("Int64")
     df["rank"] = pd.to_numeric(df["rank"], errors="coerce").astype("Int64")
     df["wall_time"] = pd.to_numeric(df["wall_time"], errors="coerce").astype("float64")
@@ -91,7 +110,8 @@ def best_series(scalars: pd.DataFrame, metric: str, *, source: str | None = None
         if not real.empty:
             sel = real
     if source is None:
-        order = {"tensorboard": 0, "trainer_state": 1, "log": 2}
+        order = {"tensorboard": 0, "trainer_state": 1, "log": 2, "csv": 3, "jsonl": 3, "json": 3, "mlflow": 3,
+                 "wandb": 3}
         counts = sel.groupby("source", observed=True).size()
         source = max(counts.index, key=lambda s: (counts[s], -order.get(str(s), 9)))
     sel = sel[sel["source"] == source]

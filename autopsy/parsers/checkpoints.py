@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from autopsy.model import Artifact, ArtifactKind, ParseStatus
+from autopsy.parsers.checkpoint_formats import check_hdf5, check_keras_archive
 from autopsy.parsers.safetensors_header import check_safetensors
 from autopsy.parsers.types import Checkpoint, FileCheck
 from autopsy.parsers.zipcheck import check_torch_file
@@ -72,7 +73,18 @@ def find_checkpoints(root: Path, artifacts: Sequence[Artifact], *, now: float,
         else:
             if art.kind is ArtifactKind.CHECKPOINT_FILE:
                 rest.append(art)
+    for d in _not_hf(hf):  # accelerate's automatic naming is checkpoints/checkpoint_<i>, too
+        rest.extend(a for a in hf.pop(d) if a.kind is ArtifactKind.CHECKPOINT_FILE)
     out = [_hf_checkpoint(root, d, arts, now, in_progress_seconds) for d, arts in sorted(hf.items())]
+
+    from autopsy.parsers.checkpoint_layouts import group_framework
+
+    def make(path: str, layout: str, step: int | None, arts: list[Artifact], files: list[FileCheck],
+             missing: list[str], base: str | None = None, extra_problems: Sequence[str] = ()) -> Checkpoint:
+        return _make(path, layout, step, arts, files, missing, now, in_progress_seconds, extra_problems, base=base)
+
+    framework, rest = group_framework(root, rest, make, _check_file, _step_from_name)
+    out.extend(framework)
 
     nano: dict[tuple[str, str], list[Artifact]] = defaultdict(list)
     indexes: list[Artifact] = []
@@ -108,11 +120,31 @@ def find_checkpoints(root: Path, artifacts: Sequence[Artifact], *, now: float,
         arts.sort(key=lambda a: a.path)
         path = arts[0].path if len(arts) == 1 else (folder or ".")
         files = [_check_file(root, a) for a in arts]
-        out.append(_make(path, "loose", step, arts, files, [], now, in_progress_seconds))
+        # several weight files of no known layout: listed as such, each checked from its header
+        layout = "loose" if sum(is_weights_file(a.path) for a in arts) <= 1 else "unknown"
+        out.append(_make(path, layout, step, arts, files, [], now, in_progress_seconds))
     return out
 
 
 # ----------------------------------------------------------------------------- layouts
+
+
+_HF_MARKERS = re.compile(r"^(?:trainer_state\.json|optimizer\.pt|scheduler\.pt|rng_state(?:_\d+)?\.pth"
+                         r"|training_args\.bin)$")
+_ACCELERATE_MARKERS = re.compile(r"^(?:optimizer|scheduler|sampler)(?:_\d+)?\.bin$|^random_states_\d+\.pkl$")
+
+
+def _not_hf(hf: dict[str, list[Artifact]]) -> list[str]:
+    """``checkpoint_<n>`` directories that accelerate wrote (``save_state``), not the HF Trainer:
+    accelerate's files and no HF Trainer file, or, cut before any, no HF file beside such siblings."""
+    def tops(d: str) -> set[str]:
+        return {a.path[len(d) + 1:] for a in hf[d] if "/" not in a.path[len(d) + 1:]}
+
+    acc = {d for d in hf if any(_ACCELERATE_MARKERS.match(n) for n in tops(d))
+           and not any(_HF_MARKERS.match(n) for n in tops(d))}
+    parents = {_split(d)[0] for d in acc}
+    acc |= {d for d in hf if _split(d)[0] in parents and not any(_HF_MARKERS.match(n) for n in tops(d))}
+    return sorted(acc)
 
 
 def _hf_checkpoint(root: Path, directory: str, arts: list[Artifact], now: float, window: float) -> Checkpoint:
@@ -209,8 +241,10 @@ def _nanochat_checkpoint(root: Path, folder: str, digits: str, arts: list[Artifa
 
 
 def _make(path: str, layout: str, step: int | None, arts: list[Artifact], files: list[FileCheck],
-          missing: list[str], now: float, window: float, extra_problems: Sequence[str] = ()) -> Checkpoint:
-    base = path if layout == "hf" else _split(path)[0]
+          missing: list[str], now: float, window: float, extra_problems: Sequence[str] = (),
+          base: str | None = None) -> Checkpoint:
+    if base is None:
+        base = path if layout == "hf" else _split(path)[0]
     problems = [f"{_rel(f.path, base)}: {f.problem}" for f in files if not f.ok]
     problems.extend(extra_problems)
     mtime = max((a.mtime for a in arts), default=0.0)
@@ -247,6 +281,12 @@ def _check_file(root: Path, art: Artifact) -> FileCheck:
             return check_safetensors(art.path, fd, size)
         if name.endswith(_TORCH_SUFFIXES):
             return check_torch_file(art.path, str(fs_path), fd, size)
+        if name.endswith(".keras"):
+            return check_keras_archive(art.path, str(fs_path), fd, size)
+        if name.endswith((".h5", ".hdf5")):
+            return check_hdf5(art.path, fd, size)
+        if name.endswith(".pkl") or name == ".metadata":
+            return _check_pickle_end(art.path, fd, size)
         if name.endswith(".index.json"):
             return _check_index(art.path, fs_path, size)
         if name.endswith(".json"):
@@ -258,6 +298,19 @@ def _check_file(root: Path, art: Artifact) -> FileCheck:
         return FileCheck(art.path, art.size, "other", False, f"read error: {exc.strerror or exc}")
     finally:
         os.close(fd)
+
+
+def _check_pickle_end(path: str, fd: int, size: int) -> FileCheck:
+    """A pickle stream ends with its STOP opcode ``.``: a file cut mid-write does not (checked
+    from its first and last byte, nothing unpickled)."""
+    if size == 0:
+        return FileCheck(path, size, "pickle", False, "empty file (0 bytes)")
+    first, last = os.pread(fd, 1, 0), os.pread(fd, 1, size - 1)
+    if first != b"\x80":
+        return FileCheck(path, size, "pickle", True, note="not a binary pickle stream; not inspected")
+    if last != b".":
+        return FileCheck(path, size, "pickle", False, "pickle stream without its final STOP opcode: cut short")
+    return FileCheck(path, size, "pickle", True)
 
 
 def _check_json_end(path: str, fd: int, size: int) -> FileCheck:

@@ -53,13 +53,27 @@ def read_config(fs_path: Path, rel_path: str, kind: ArtifactKind, detail: str | 
     text = data.decode("utf-8", "replace")
     if kind is ArtifactKind.LAUNCH_SCRIPT:
         return Parsed(parse_launch_script(text, rel_path))
+    if detail == "mlflow_param":
+        from autopsy.parsers.tracker_stores import read_mlflow_param
+
+        return read_mlflow_param(fs_path, rel_path)
     if not text.strip():
         return Parsed([], ParseStatus.OK, "empty file")
     if is_tokenizer_json:
         return _tokenizer_json(text, rel_path)
     source = _source(name, detail)
+    if detail == "mlflow_meta":
+        from autopsy.parsers.tracker_stores import mlflow_status_entry
+
+        parsed = _yaml(text, rel_path, "mlflow")
+        return Parsed(parsed.value + mlflow_status_entry(parsed.value), parsed.status, parsed.note)
     if name.endswith((".yaml", ".yml")):
         return _yaml(text, rel_path, source)
+    if name == "wandb-metadata.json":
+        from autopsy.parsers.tracker_stores import wandb_metadata_flags
+
+        parsed = _json(text, rel_path, source)
+        return Parsed(list(parsed.value) + wandb_metadata_flags(text, rel_path), parsed.status, parsed.note)
     if name.endswith(".json"):
         return _json(text, rel_path, source)
     if name.endswith(".toml"):

@@ -164,6 +164,11 @@ def _flags(tokens: list[tuple[str, int]], start: int, rel_path: str) -> list[Con
     return out
 
 
+def flag_entries(argv: list[str], rel_path: str, line: int) -> list[ConfigEntry]:
+    """The ``--flag value`` entries of one argument vector (``argv[0]`` the program), all on ``line``."""
+    return _flags([(w, line) for w in argv], 0, rel_path)
+
+
 def _is_flag(word: str) -> bool:
     return word.startswith("-") and not _NUMBER.match(word)
 

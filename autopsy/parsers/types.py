@@ -258,3 +258,41 @@ class Parsed:
     value: Any
     status: ParseStatus = ParseStatus.OK
     note: str | None = None
+
+
+# --------------------------------------------------------------------- metric files
+
+
+@dataclass
+class MetricRows:
+    """Series read from one metric file (a CSV/JSONL table, MLflow metric files, a W&B summary).
+
+    Columnar, one entry per value: ``tags[i]`` at ``steps[i]`` (None: no step axis) had
+    ``values[i]`` (NaN/inf kept); ``splits[i]`` is "train", "eval", "val", "test" or "" when
+    the file does not say. ``source`` is the scalars ``source`` ("csv", "jsonl", "json",
+    "mlflow", "wandb"); ``config`` holds the settings the file (or its store) recorded.
+    """
+
+    path: str
+    source: str
+    tags: list[str] = field(default_factory=list)
+    steps: list[int | None] = field(default_factory=list)
+    wall_times: list[float] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    splits: list[str] = field(default_factory=list)
+    config: list[ConfigEntry] = field(default_factory=list)
+    rows_read: int = 0
+    bad_rows: int = 0
+    first_bad: str | None = None  # "line 17: 3 fields, header has 5"
+
+    def add(self, tag: str, step: int | None, wall_time: float, value: float, split: str) -> None:
+        self.tags.append(tag)
+        self.steps.append(step)
+        self.wall_times.append(wall_time)
+        self.values.append(value)
+        self.splits.append(split)
+
+    def bad(self, where: str) -> None:
+        self.bad_rows += 1
+        if self.first_bad is None:
+            self.first_bad = where[:200]

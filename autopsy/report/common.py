@@ -58,8 +58,9 @@ def damaged_artifacts(report: Report) -> list[Artifact]:
 
 # Kinds autopsy parses; OTHER files (scripts, images) are listed but never read.
 _PARSED_KINDS = (ArtifactKind.LOG, ArtifactKind.TFEVENTS, ArtifactKind.TRAINER_STATE, ArtifactKind.CONFIG,
-                 ArtifactKind.LAUNCH_SCRIPT, ArtifactKind.CHECKPOINT_FILE, ArtifactKind.EXIT_CODE)
-_INPUT_NAMES = (("logs", (ArtifactKind.LOG,)), ("scalars", (ArtifactKind.TFEVENTS, ArtifactKind.TRAINER_STATE)),
+                 ArtifactKind.LAUNCH_SCRIPT, ArtifactKind.CHECKPOINT_FILE, ArtifactKind.METRICS, ArtifactKind.EXIT_CODE)
+_INPUT_NAMES = (("logs", (ArtifactKind.LOG,)),
+                ("scalars", (ArtifactKind.TFEVENTS, ArtifactKind.TRAINER_STATE, ArtifactKind.METRICS)),
                 ("checkpoints", (ArtifactKind.CHECKPOINT_FILE,)),
                 ("configs", (ArtifactKind.CONFIG, ArtifactKind.LAUNCH_SCRIPT)))
 
