@@ -135,13 +135,13 @@ def _deepspeed(root: Path, parent: str, tags: dict[str, list[Artifact]], beside:
     latest = next((a for a in beside if _split(a.path)[1] == "latest"), None)
     if latest is not None:
         used.add(latest.path)
-        tag = _read_small(root / latest.path)
-        if tag and tag not in tags:
-            folder = f"{parent}/{tag}" if parent else tag
-            m = _DS_TAG.match(tag)
+        named = _read_small(root / latest.path)
+        if named and named not in tags:
+            folder = f"{parent}/{named}" if parent else named
+            m = _DS_TAG.match(named)
             out.append(make(folder, "deepspeed", int(m.group("step")) if m else None, [latest], [check(root, latest)],
-                            [f"{tag}/ (named by {latest.path})"], base=folder,
-                            extra_problems=[f"`latest` names {tag}/ but that directory is missing"]))
+                            [f"{named}/ (named by {latest.path})"], base=folder,
+                            extra_problems=[f"`latest` names {named}/ but that directory is missing"]))
     return out
 
 

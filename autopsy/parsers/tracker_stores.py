@@ -39,7 +39,7 @@ def sniff_mlflow_metric(rel_path: str, head: bytes) -> bool:
         return False
     first = head.split(b"\n", 1)[0]
     m = MLFLOW_LINE.match(first)
-    return bool(m) and to_float(m.group("value").decode("ascii", "replace")) is not None
+    return m is not None and to_float(m.group("value").decode("ascii", "replace")) is not None
 
 
 def read_mlflow_metric(fs_path: Path, rel_path: str, *, max_bytes: int) -> Parsed:
