@@ -138,7 +138,7 @@ def classify(rel_path: str, head: bytes | None) -> tuple[ArtifactKind, str | Non
         return ArtifactKind.METRICS, metric
     if suffix in _WEIGHT_SUFFIXES:
         return ArtifactKind.CHECKPOINT_FILE, suffix.lstrip(".")
-    if _H5_CHECKPOINT.search(lower):
+    if suffix in (".h5", ".hdf5") and _H5_CHECKPOINT.search(lower):
         return ArtifactKind.CHECKPOINT_FILE, "h5"
     if lower in _CHECKPOINT_NAMES and (lower != "latest" or (head is not None and _is_tag(head))):
         return ArtifactKind.CHECKPOINT_FILE, lower.lstrip(".")
@@ -227,14 +227,17 @@ def _confirm_jsonl(path: str) -> bool:
 def _refine_trackers(artifacts: list[Artifact]) -> list[Artifact]:
     """Files whose kind depends on their neighbours: an MLflow run's ``params/*``, ``tags/*`` and
     ``meta.yaml`` (a folder holding ``meta.yaml`` and ``metrics/`` or ``params/``)."""
-    paths = {a.path for a in artifacts}
+    metas = {a.path[: -len("meta.yaml")] for a in artifacts if a.path.endswith("meta.yaml")}
+    if not metas:
+        return artifacts
     runs = set()
     for a in artifacts:
-        for marker in ("/params/", "/metrics/"):
-            if marker in "/" + a.path:
-                run = ("/" + a.path).split(marker, 1)[0].lstrip("/")
-                if (f"{run}/meta.yaml" if run else "meta.yaml") in paths:
-                    runs.add(run)
+        if "params/" in a.path or "metrics/" in a.path:
+            for marker in ("/params/", "/metrics/"):
+                if marker in "/" + a.path:
+                    run = ("/" + a.path).split(marker, 1)[0].lstrip("/")
+                    if (f"{run}/" if run else "") in metas:
+                        runs.add(run)
     if not runs:
         return artifacts
     out = []
