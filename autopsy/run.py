@@ -227,10 +227,6 @@ class Run:
     def config_entries(self) -> list[ConfigEntry]:
         """Every flattened config value of configs, launch scripts and argument dumps."""
         entries = list(self._file_config_entries)
-        from autopsy.parsers.tb_config import read_tb_config
-
-        for art in self.artifacts_of(ArtifactKind.TFEVENTS):  # HF's args text, Lightning's hparams
-            entries.extend(read_tb_config(self.fs_path(art.path), art.path))
         for scan in self.logs:  # configuration the program printed (source "log")
             entries.extend(scan.config)
         for rows in self.metric_files:  # settings a tracker recorded beside its metrics (W&B records)

@@ -1,5 +1,7 @@
-"""TensorBoard text and hparams summaries land in run.config (HF's TrainingArguments text,
-Lightning's hyperparameters). The summaries are built by TensorBoard's own summary APIs."""
+"""TensorBoard text and hparams summaries read as config entries (HF's TrainingArguments text,
+Lightning's hyperparameters). The summaries are built by TensorBoard's own summary APIs.
+Not yet merged into run.config: on the lr_mismatch fixture the real TrainingArguments'
+warmup_steps changes lr.mismatch's facts, which that rule's owner has to settle first."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from autopsy.parsers.tb_config import read_tb_config
-from autopsy.run import load_run
 
 
 def _write(path: Path, summaries: list[object]) -> None:
@@ -32,11 +33,11 @@ def test_hf_args_text_summary(tmp_path: Path) -> None:
             "report_to": ["tensorboard"]}
     _write(tmp_path / "runs" / "events.out.tfevents.1.host", [text_pb("args", json.dumps(args, indent=2)),
                                                               text_pb("notes", "free text, not JSON")])
-    run = load_run(tmp_path)
-    lr = run.config_value("learning_rate")
-    assert lr is not None and lr.value == 5e-3 and lr.source == "tensorboard" and lr.raw_key == "args.learning_rate"
-    assert run.config_value("max_steps").value == 200
-    assert run.config_value("save_total_limit").value == 2
+    got = {e.key: e for e in read_tb_config(tmp_path / "runs" / "events.out.tfevents.1.host", "x")}
+    lr = got["learning_rate"]
+    assert lr.value == 5e-3 and lr.source == "tensorboard" and lr.raw_key == "args.learning_rate"
+    assert got["max_steps"].value == 200 and got["save_total_limit"].value == 2
+    assert "notes" not in {e.raw_key for e in got.values()}
 
 
 def test_hparams_summary(tmp_path: Path) -> None:
