@@ -66,6 +66,10 @@ TERMINATION_LINE = regex.compile(
     r"|Received SIGTERM: 15"  # PyTorch Lightning signal connector
     r"|got signal: (?:15|2)\b"  # torchrun SignalException
     r"|\b\d+ Terminated\s"  # bash job control: "12345 Terminated   python train.py"
+    r"|^zsh: terminated\s|^\[\d+\][ +-]+\d+ terminated\s"  # zsh job control
+    r"|interrupted by signal (?:15|2)[:：]"  # PyCharm: "exit code 143 (interrupted by signal 15: SIGTERM)"
+    r"|TERM_(?:RUNLIMIT|OWNER|ADMIN|PREEMPT):|PBS: job killed: walltime|qmaster enforced h_rt"  # LSF, PBS, SGE
+    r"|exceeded hard wallclock time|timeout: sending signal"  # SGE execd, coreutils timeout
     r"|\bpreempted\b|\bpreemption notice\b",
     regex.IGNORECASE,
 )
@@ -73,6 +77,8 @@ TERMINATION_LINE = regex.compile(
 ERROR_LINE = regex.compile(
     r"^(?:[\w.]+\.)?\w*(?:Error|Exception)\b:|Segmentation fault|Fatal Python error|core dumped"
     r"|^Killed\s*$|No space left on device|out of memory|Traceback \(most recent call last\)"
+    r"|^zsh: (?:killed|segmentation fault)\s|^\[\d+\][ +-]+\d+ (?:killed|segmentation fault)\s"  # zsh
+    r"|0xC0000005|-1073741819|3221225477|0xC00000FD|-1073741571|TERM_MEMLIMIT|PBS: job killed: p?v?mem"
 )
 
 

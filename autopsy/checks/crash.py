@@ -47,8 +47,19 @@ _WORKER_MARKERS = ("DataLoader worker", "encountered in worker")
 
 # ----------------------------------------------------------------------------- crash.segfault
 
+_NT_STACK_OVERFLOW = ("-1073741571", "3221225725", "0xC00000FD", "0xc00000fd", "stack overflow")
+_NT_HEAP = ("-1073740940", "3221226356", "0xC0000374", "0xc0000374")
+_NT_ACCESS = ("-1073741819", "3221225477", "0xC0000005", "0xc0000005", "access violation")
+
+
 def _signal_of(text: str) -> str:
     t = text
+    if any(c in t for c in _NT_STACK_OVERFLOW):
+        return "stack overflow"
+    if any(c in t for c in _NT_HEAP):
+        return "heap corruption"
+    if any(c in t for c in _NT_ACCESS):
+        return "access violation"
     if "SIGBUS" in t or "Bus error" in t or "signal 7" in t or "-7)" in t or "return code = -7" in t:
         return "SIGBUS"
     if "SIGILL" in t or "signal 4" in t:
@@ -85,8 +96,10 @@ def segfault(ctx: CheckContext) -> Iterable[Finding]:
     def message(hit: Hit, f: Mapping[str, Any], n: int) -> str:
         sig = f.get("signal")
         what = {"SIGBUS": "a bus error (SIGBUS)", "SIGILL": "an illegal instruction (SIGILL)",
-                "SIGABRT": "an abort (SIGABRT)", "fatal": "a fatal Python error"}.get(str(sig),
-                                                                                       "a segmentation fault (SIGSEGV)")
+                "SIGABRT": "an abort (SIGABRT)", "fatal": "a fatal Python error",
+                "access violation": "a Windows access violation (0xC0000005, the SIGSEGV of Windows)",
+                "stack overflow": "a stack overflow (0xC00000FD)",
+                "heap corruption": "heap corruption (0xC0000374)"}.get(str(sig), "a segmentation fault (SIGSEGV)")
         inside = f" in {f['frame']}" if f.get("frame") else ""
         return f"The process died of {what}{inside}{rank_phrase(f)} ({where(hit)})."
 
@@ -96,9 +109,9 @@ def segfault(ctx: CheckContext) -> Iterable[Finding]:
     def skip(hit: Hit) -> bool:
         return any(m in hit.text for m in _WORKER_MARKERS)
 
-    return line_rule(ctx, names=("fatal_python", "segfault", "segfault_zsh", "bus_error", "signal_line",
-                                           "caught_signal", "exit_139", "elastic_exitcode",
-                                           "deepspeed_signal_exit"),
+    return line_rule(ctx, names=("fatal_python", "windows_fatal", "segfault", "segfault_zsh", "bus_error",
+                                 "signal_line", "caught_signal", "exit_139", "windows_exit_code",
+                                 "elastic_exitcode", "deepspeed_signal_exit"),
                      message=message, facts=facts, key=key, skip=skip)
 
 

@@ -244,10 +244,17 @@ _KIND_BY_PATTERN = {
     "preempted": "preempted",
     "keyboard_interrupt": "interrupted (SIGINT)",
     "torchrun_sigint": "interrupted (SIGINT)",
+    "lsf_time_limit": "scheduler time limit",
+    "pbs_walltime": "scheduler time limit",
+    "sge_wallclock": "scheduler time limit",
+    "lsf_cancelled": "cancelled by the scheduler or a user",
+    "timeout_124": "time limit (timeout, exit 124)",
 }
 
 
-def _termination_kind(name: str) -> str:
+def _termination_kind(name: str, hit: Hit) -> str:
+    if name == "ide_sigterm" and hit.groups.get("signal") == "SIGINT":
+        return "interrupted (SIGINT)"
     return _KIND_BY_PATTERN.get(name, "SIGTERM")
 
 
@@ -274,7 +281,7 @@ def incomplete(ctx: CheckContext) -> Iterable[Finding]:
     confidence = Confidence.HIGH
     if hits:
         name, hit = hits[-1]
-        facts["termination"] = _termination_kind(name)
+        facts["termination"] = _termination_kind(name, hit)
         facts["termination_line"] = hit.text.strip()[:300]
         facts.update({k: v for k, v in hit.groups.items() if v is not None})
         ev.extend(Evidence(path=h.path, line=h.lineno, excerpt=h.text.strip()[:300], rank=h.rank)

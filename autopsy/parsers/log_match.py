@@ -29,7 +29,7 @@ from pathlib import Path
 
 import regex
 
-from autopsy.parsers.log_text import LABEL_NONE, MAX_SEGMENT_BYTES, cap, clean, detect_label_mode
+from autopsy.parsers.log_text import LABEL_NONE, MAX_SEGMENT_BYTES, cap, clean, detect_label_mode, split_glued
 from autopsy.parsers.types import Hit, HitList, PatternSpec
 
 try:  # optional accelerator; identical results (tests run both finders)
@@ -219,8 +219,9 @@ def reference_hits(fs_path: Path, rel_path: str, compiled: CompiledPatterns) -> 
         for seg in line.split(b"\r"):
             if seg:
                 text, rank = clean(seg[:MAX_SEGMENT_BYTES], label_mode)
-                for p, m in coll.candidates(text, prefilter=False):
-                    coll.add(make_hit(p.key, rel_path, lineno, seg_off, text, m, rank, None, None))
+                for piece in split_glued(text):
+                    for p, m in coll.candidates(piece, prefilter=False):
+                        coll.add(make_hit(p.key, rel_path, lineno, seg_off, piece, m, rank, None, None))
             seg_off += len(seg) + 1
         offset += len(line) + 1
     return coll.results()

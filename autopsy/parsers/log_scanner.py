@@ -219,7 +219,7 @@ class LogScanner(BlockContext):
         """What a terminal shows of a line: its last non-empty ``\\r`` segment, cleaned."""
         segs = [s for s in raw[:lt.MAX_SEGMENT_BYTES].split(b"\r") if s.strip()]
         text, _ = lt.clean(segs[-1] if segs else b"", self.label_mode)
-        return lt.cap(text)
+        return lt.cap(lt.split_glued(text)[-1])  # a message glued to a bar is what the line says last
 
     def _update_tail(self, buf: bytes, total_nl: int) -> None:
         end = len(buf)
@@ -289,16 +289,18 @@ class LogScanner(BlockContext):
         if rank is not None:
             self.ranks.add(rank)
         lineno = self._lineno(s)
+        pieces = lt.split_glued(text)  # a shell's or scheduler's message glued to a progress bar
         if flags & _PAT or (flags & _TRIG and b"\x1b" in raw):
-            found = self.hits.candidates(text)
-            if found:
-                step, wall = self._context(e)
-                wall_line = self._wall_line()
-                wall_step = self._wall_step()
-                hit_rank = rank if rank is not None else self.file_rank
-                for p, m in found:
-                    self.hits.add(make_hit(p.key, self.rel, lineno, self._offset(s), text, m, hit_rank, wall, step,
-                                           wall_line, wall_step))
+            for piece in pieces:
+                found = self.hits.candidates(piece)
+                if found:
+                    step, wall = self._context(e)
+                    wall_line = self._wall_line()
+                    wall_step = self._wall_step()
+                    hit_rank = rank if rank is not None else self.file_rank
+                    for p, m in found:
+                        self.hits.add(make_hit(p.key, self.rel, lineno, self._offset(s), piece, m, hit_rank, wall,
+                                               step, wall_line, wall_step))
         if flags & _TRIG or slow:
             taken = False
             if "{" in text:
@@ -317,7 +319,8 @@ class LogScanner(BlockContext):
                     step, wall = self._context(e)
                 else:
                     step = wall = None
-                self.tb.feed(lineno, text, rank, step, wall)
+                for piece in pieces:
+                    self.tb.feed(lineno, piece, rank, step, wall)
             if self.cf.active or "Failures" in text or "Root Cause" in text:
                 self.cf.feed(lineno, text)
         if flags & _BAR:

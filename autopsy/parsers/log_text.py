@@ -76,6 +76,38 @@ def clean(raw: bytes, label_mode: int = LABEL_NONE) -> tuple[str, int | None]:
     return text, rank
 
 
+# A progress bar's end, where a message written without a newline gets glued on (tqdm writes
+# none after its last redraw, so the shell's "Killed" or slurmstepd's notice lands on the bar's
+# line: "... 512/2048 [02:10<06:31, 3.92it/s]Killed"). tqdm closes its bar with
+# "[elapsed<remaining, rate{postfix}]" ("[00:03, 14.2it/s]" without a total); Keras with its
+# "N/M [====>...] - ETA: 3s - loss: 0.69" metrics, each value a number or a time.
+_TQDM_END = re.compile(r"\[(?:\d+:)?\d\d:\d\d(?:<(?:(?:\d+:)?\d\d:\d\d|\?))?,[^\[\]\n]*\]")
+_KERAS_BAR = re.compile(r"\s*\d+/\d+ \[[=>.]*\]")
+# In a Keras bar, a capitalised word right after a digit or a unit letter ("0.6931Killed",
+# "5ms/stepTraceback") starts the glued message; Keras' own keys are lowercase or follow a space.
+_KERAS_TAIL = re.compile(r"(?<=[0-9a-z])(?=[A-Z][a-z]+(?:[ :(.]|$))")
+
+
+def split_glued(text: str) -> list[str]:
+    """A segment split where a message was glued onto a progress bar: [bar, message], else [text].
+
+    Rules match each piece on its own, so a pattern anchored at a line start ("^Killed$") and a
+    traceback header find their text whatever bar the terminal left before it.
+    """
+    close = text.find("]")
+    if close < 0:
+        return [text]
+    for m in _TQDM_END.finditer(text):
+        rest = text[m.end():].lstrip()
+        if rest and not rest.startswith("|"):
+            return [text[:m.end()], rest]
+    if _KERAS_BAR.match(text) is not None:
+        m2 = _KERAS_TAIL.search(text, close + 1)
+        if m2 is not None:
+            return [text[:m2.start()], text[m2.start():]]
+    return [text]
+
+
 def detect_label_mode(lines: list[bytes]) -> int:
     """Is this file written by ``srun --label`` ("0: ") or a "[0] " labeller? Needs most lines."""
     nonempty = [ln for ln in lines if ln.strip()][:200]
