@@ -28,6 +28,9 @@ SNIFF_BYTES = 512
 _SKIP_DIRS = frozenset({".git", "__pycache__", ".ipynb_checkpoints", "node_modules", ".venv", "venv"})
 
 _LOG_SUFFIXES = frozenset({".log", ".out", ".err", ".txt", ".stdout", ".stderr"})
+# Scheduler and rotation names: PBS / SGE / LSF job output "<job>.o7082041" / ".e7082041" (".po", ".pe"
+# for parallel environments), numbered copies "train.out-30", "train.log.1", "run.err_2".
+_NUMBERED_LOG = re.compile(r"\.(?:o|e|po|pe)\d{2,}$|\.(?:log|out|err)[-._]\d+$")
 _LOG_NAMES = frozenset({"nohup.out", "stdout", "stderr", "output", "log", "console", "train_log"})
 _NOT_LOG_TXT = re.compile(
     r"(?i)^(merges|vocab|requirements.*|license.*|readme.*|notice.*|spm|added_tokens|dict|labels)\.txt$"
@@ -164,7 +167,7 @@ def classify(rel_path: str, head: bytes | None) -> tuple[ArtifactKind, str | Non
         return ArtifactKind.CONFIG, None
     is_log_name = (
         suffix in _LOG_SUFFIXES and not _NOT_LOG_TXT.match(lower)
-    ) or lower in _LOG_NAMES or lower.startswith("slurm-")
+    ) or lower in _LOG_NAMES or lower.startswith("slurm-") or _NUMBERED_LOG.search(lower) is not None
     if head is not None and looks_binary(head):
         if is_log_name:
             return ArtifactKind.OTHER, "binary"

@@ -21,7 +21,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autopsy.api import analyze  # noqa: E402
+from autopsy.api import analyze
 
 
 def judge(entry: Path, exp: dict[str, Any]) -> tuple[bool, str, list[str]]:

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import regex
 
+from autopsy.checks.checkpoint_load import load_failures
 from autopsy.checks.run_state import end_signals, seconds_since_progress
 from autopsy.checks.series import cite, config_entry, config_evidence, config_float, median_cadence, rounded
 from autopsy.engine.types import CheckContext, NotEvaluated
@@ -245,11 +246,14 @@ def corrupt(ctx: CheckContext) -> Iterable[Finding]:
     """Checkpoints that cannot be resumed from: truncated or unreadable files, missing files."""
     run = ctx.run
     cps = run.checkpoint_list
+    from_log = load_failures(ctx)  # a load that failed on a damaged file, told by the log
     if not cps:
-        raise NotEvaluated("no checkpoints found")
+        if from_log:
+            return from_log
+        raise NotEvaluated("no checkpoints found, and no failed checkpoint load in the logs")
     latest_valid = run.latest_valid_checkpoint
     newest_step = max((c.step for c in cps if c.step is not None and not c.in_progress), default=None)
-    out: list[Finding] = []
+    out: list[Finding] = list(from_log)
     bad = [c for c in cps if not c.valid and not c.in_progress]
     for c in bad[: int(ctx.param("max_findings"))]:
         bad_files = [f for f in c.files if not f.ok]

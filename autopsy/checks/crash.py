@@ -8,38 +8,30 @@ NCCL, ImportError... line) is left to that card; precedence then needs no specia
 
 from __future__ import annotations
 
-import functools
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
 import regex
 
 from autopsy.checks.common import (
-    CONTEXT_PREFIX,
     cite_config,
     evidence_for,
-    exception_line,
-    final_tracebacks,
-    frame_text,
     group,
     hit_count,
     line_rule,
     normalise_key,
-    project_frame,
     rank_phrase,
     ranks_of,
     read_after,
     recovered,
-    scan_of,
-    tb_chain,
     where,
 )
 from autopsy.checks.oom import host_config_keys
 from autopsy.engine.types import CheckContext
-from autopsy.model import Confidence, Evidence, Finding
-from autopsy.parsers.types import Hit, PatternSpec, Traceback
+from autopsy.model import Finding
+from autopsy.parsers.types import Hit
 
 _FAULTHANDLER_FRAME = regex.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 _WORKER_MARKERS = ("DataLoader worker", "encountered in worker")
@@ -113,147 +105,6 @@ def segfault(ctx: CheckContext) -> Iterable[Finding]:
                                  "signal_line", "caught_signal", "exit_139", "windows_exit_code",
                                  "elastic_exitcode", "deepspeed_signal_exit"),
                      message=message, facts=facts, key=key, skip=skip)
-
-
-# ----------------------------------------------------------------------------- crash.exception
-
-@functools.lru_cache(maxsize=8)
-def _explainers(specs: tuple[PatternSpec, ...]) -> tuple[regex.Pattern[str], ...]:
-    out = []
-    for spec in specs:
-        rule, _, name = spec.key.rpartition("/")
-        if rule == "crash.exception" or name.startswith(CONTEXT_PREFIX):
-            continue
-        try:
-            out.append(regex.compile(spec.regex, regex.IGNORECASE if spec.ignore_case else 0))
-        except regex.error:
-            continue
-    return tuple(out)
-
-
-def _explained(tb: Traceback, explainers: Sequence[regex.Pattern[str]]) -> bool:
-    lines = [exception_line(tb), *[f"{tb.exc_type}: {ln}" for ln in tb.message.splitlines()[1:12]],
-             *tb.message.splitlines()[:12]]
-    if not tb.exc_type:
-        # Cut off, or flattened onto one line: the exception text may sit in the last frame's code line.
-        lines += [f.code for f in tb.frames[-2:] if f.code]
-    return any(rx.search(line) for rx in explainers for line in lines)
-
-
-# Launcher code that re-raises a child's death (torchrun / torch.distributed.launch / accelerate /
-# deepspeed launchers, runpy for `python -m torch.distributed.run`): its traceback is the launcher's
-# report of a rank failure (dist.rank_failure's evidence), not the exception that killed the rank.
-_LAUNCHER_FILE = regex.compile(
-    r"(?:/bin/(?:torchrun|accelerate(?:-launch)?|deepspeed)$|/runpy\.py$|<frozen runpy>"
-    r"|torch/distributed/(?:run|launch)\.py$|torch/distributed/(?:launcher|elastic)/"
-    r"|accelerate/commands/|deepspeed/launcher/|torch/multiprocessing/spawn\.py$)")
-_LAUNCHER_EXC = ("", "ChildFailedError", "CalledProcessError", "ProcessRaisedException", "ProcessExitedException")
-
-
-def _launcher_report(tb: Traceback) -> bool:
-    """A traceback made only of launcher frames, ending in a child-failure exception or cut off."""
-    if tb.exc_type.rsplit(".", 1)[-1] not in _LAUNCHER_EXC or not tb.frames:
-        return False
-    return all(_LAUNCHER_FILE.search(f.file.replace("\\", "/")) for f in tb.frames)
-
-
-def _tb_key(tb: Traceback) -> str:
-    frame = project_frame(tb)
-    where_ = (frame.function or frame.file.rsplit("/", 1)[-1]) if frame is not None else "?"
-    return f"{tb.exc_type.rsplit('.', 1)[-1]}:{where_}"
-
-
-def exception(ctx: CheckContext) -> Iterable[Finding]:
-    ignore = set(ctx.params.get("ignore_exception_types", ()))
-    min_after = int(ctx.params.get("progress_after_steps", 2))
-    explainers = _explainers(tuple(ctx.run.options.patterns))
-    groups: dict[str, list[Traceback]] = {}
-    finals = final_tracebacks(ctx.run)
-    if not finals:
-        return _headless(ctx, ignore, min_after, explainers)
-    for tb in finals:
-        if tb.exc_type.rsplit(".", 1)[-1] in ignore:
-            continue
-        if any(_explained(t, explainers) for t in tb_chain(tb)) or _launcher_report(tb):
-            continue
-        if not tb.exc_type and not tb.frames:
-            continue  # a bare "Traceback (most recent call last):" header: nothing to report
-        scan = scan_of(ctx.run, tb.path)
-        if scan is not None and scan.last_step is not None and min_after > 0 \
-                and scan.last_step >= (tb.step if tb.step is not None else 0) + min_after:
-            continue  # caught and logged; training went on
-        groups.setdefault(_tb_key(tb), []).append(tb)
-    if not groups:
-        return []
-
-    def last_seen(tbs: list[Traceback]) -> tuple[float, int]:
-        t = max(tbs, key=lambda x: (x.wall_time or 0.0, x.line_end))
-        return (t.wall_time or 0.0, t.line_end)
-
-    ordered = sorted(groups.items(), key=lambda kv: last_seen(kv[1]), reverse=True)
-    findings = []
-    for key, tbs in ordered[: int(ctx.params.get("max_findings", 3))]:
-        lead = min(tbs, key=lambda t: (t.wall_time or float("inf"), t.path, t.line_start))
-        frame = project_frame(lead)
-        facts: dict[str, Any] = {"exc_type": lead.exc_type,
-                                 "message": (lead.message.splitlines() or [""])[0][:300],
-                                 "count": len(tbs)}
-        if frame is not None:
-            facts["frame"] = frame_text(frame)
-            facts["function"] = frame.function
-            facts["file"] = frame.file
-        ranks = sorted({t.rank for t in tbs if t.rank is not None})
-        if ranks:
-            facts["ranks"] = ranks
-        if lead.step is not None:
-            facts["step"] = lead.step
-        evidence: list[Evidence] = []
-        seen: set[tuple[str, int | None]] = set()
-        for t in [lead, *tbs]:
-            if (t.path, t.rank) in seen or len(evidence) >= 5:
-                continue
-            seen.add((t.path, t.rank))
-            f = project_frame(t)
-            evidence.append(Evidence(path=t.path, line=t.line_start, line_end=t.line_end,
-                                     excerpt=exception_line(t)[:400], rank=t.rank, step=t.step,
-                                     detail=f"raised in {frame_text(f)}" if f is not None else None))
-        inside = f" in {frame_text(frame)}" if frame is not None else ""
-        step = f" at step {lead.step}" if lead.step is not None else ""
-        confidence = None
-        if lead.exc_type:
-            msg = (f"The run died of an uncaught {exception_line(lead)[:200]!r}{inside}{step}{rank_phrase(facts)} "
-                   f"({lead.path}:{lead.line_end}).")
-        else:
-            # The log (or the paste of it) stops inside the traceback: a crash, of a type we cannot see.
-            confidence = Confidence.LOW
-            msg = (f"The run died in a traceback that is cut off before its exception line{inside}{step}"
-                   f"{rank_phrase(facts)} ({lead.path}:{lead.line_start}-{lead.line_end}); the exception type "
-                   "is not in the log.")
-        findings.append(ctx.finding(msg, key=key, facts=facts, evidence=evidence, step=lead.step,
-                                    wall_time=lead.wall_time, confidence=confidence))
-    return findings
-
-
-def _headless(ctx: CheckContext, ignore: set[str], min_after: int,
-              explainers: Sequence[regex.Pattern[str]]) -> list[Finding]:
-    """The last line of an uncaught exception kept without its traceback (pastes, tail -n)."""
-    hits = [h for h in ctx.hits.get("headless_exception", ())
-            if (group(h, "exc_type") or "").rsplit(".", 1)[-1] not in ignore
-            and not recovered(ctx.run, h, min_after) and not any(rx.search(h.text) for rx in explainers)]
-    if not hits:
-        return []
-    # The last one ended the program; earlier ones were logged and survived, or chained into it.
-    lead = max(hits, key=lambda h: (h.wall_time or 0.0, h.path, h.lineno))
-    exc_type = group(lead, "exc_type") or "?"
-    message = (group(lead, "message") or "")[:300]
-    facts: dict[str, Any] = {"exc_type": exc_type, "message": message, "count": len(hits), "traceback": False}
-    if lead.step is not None:
-        facts["step"] = lead.step
-    step = f" at step {lead.step}" if lead.step is not None else ""
-    msg = (f"The run died of an uncaught {exc_type.rsplit('.', 1)[-1]}: {message[:200]!r}{step} ({where(lead)}); "
-           "the log holds only its last line, not the traceback.")
-    return [ctx.finding(msg, key=f"{exc_type.rsplit('.', 1)[-1]}:headless", facts=facts,
-                        evidence=evidence_for([lead]), step=lead.step, wall_time=lead.wall_time)]
 
 
 # ----------------------------------------------------------------------------- cuda.runtime

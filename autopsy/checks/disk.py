@@ -30,6 +30,7 @@ from autopsy.checks.common import (
     traceback_at,
     where,
 )
+from autopsy.checks.tb_causes import gate_closed
 from autopsy.engine.types import CheckContext
 from autopsy.model import Confidence, Evidence, Finding
 from autopsy.parsers.types import Frame, Hit, Traceback
@@ -52,7 +53,7 @@ _SAVERS = (
 _QUOTA = frozenset({"quota", "quota_errno", "quota_edquot"})
 _STREAM_WRITER = frozenset({"stream_writer", "stream_writer_pos"})
 _FIRING = ("enospc", "errno_28", "rust_os_error_28", "enospc_name", *sorted(_QUOTA), "safetensors_io",
-           *sorted(_STREAM_WRITER))
+           *sorted(_STREAM_WRITER), "frames_resource_exhausted")
 
 
 def _what_from_frames(tb: Traceback | None) -> tuple[str | None, Frame | None]:
@@ -97,7 +98,8 @@ def full(ctx: CheckContext) -> Iterable[Finding]:
     min_after = int(ctx.params.get("progress_after_steps", 2))
     shm = tuple(ctx.params.get("shm_markers", ()))
     hits = [h for h in hits_of(ctx, *_FIRING)
-            if not any(m in h.text for m in shm) and not recovered(ctx.run, h, min_after)]
+            if not any(m in h.text for m in shm) and not recovered(ctx.run, h, min_after)
+            and not gate_closed(ctx, h)]
     if not hits:
         return []
     lead = earliest(hits)

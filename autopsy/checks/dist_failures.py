@@ -31,6 +31,7 @@ from autopsy.checks.common import (
     signal_name,
     where,
 )
+from autopsy.checks.tb_causes import gate_closed
 from autopsy.engine.types import CheckContext
 from autopsy.model import Evidence, Finding
 from autopsy.parsers.types import ChildFailure, Hit
@@ -132,7 +133,7 @@ def _timeout_message(facts: Mapping[str, Any], lead: Hit) -> str:
 
 def comm(ctx: CheckContext) -> Iterable[Finding]:
     def skip(hit: Hit) -> bool:
-        return "NCCL INFO" in hit.text
+        return "NCCL INFO" in hit.text or gate_closed(ctx, hit)
 
     def facts(hit: Hit) -> dict[str, Any]:
         out: dict[str, Any] = {"error": group(hit, "error") or group(hit, "nccl_code") or group(hit, "reason")}
@@ -156,7 +157,7 @@ def comm(ctx: CheckContext) -> Iterable[Finding]:
 
     return line_rule(ctx, names=("nccl_error_in", "nccl_error", "nccl_aborted", "nccl_code", "ib_completion",
                                  "peer_closed", "rendezvous_connect", "store_connect_timeout", "client_socket_timeout",
-                                 "rendezvous_error", "dist_network_error"),
+                                 "rendezvous_error", "dist_network_error", "frames_address_in_use"),
                      message=message, facts=facts, key=key, skip=skip)
 
 

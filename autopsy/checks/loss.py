@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autopsy.checks.loss_scale import ScalerPatterns, scale_collapse
+from autopsy.checks.loss_scale import ScalerPatterns, nan_stop, scale_collapse
 from autopsy.checks.series import (
     Series,
     as_float,
@@ -63,9 +63,10 @@ def nonfinite(ctx: CheckContext) -> Iterable[Finding]:
     collapse = scale_collapse(ctx, SCALER_PATTERNS)
     loss = load_series(run, "loss")
     gnorm = load_series(run, "grad_norm")
+    stopped = nan_stop(ctx)  # the framework stopped on a NaN loss: told by its own line
     if loss is None and gnorm is None:
-        if collapse or any(ctx.hits.get(n) for n in SCALER_PATTERNS.labels):
-            return collapse  # the scaler's lines were read: evaluated
+        if collapse or stopped or any(ctx.hits.get(n) for n in SCALER_PATTERNS.labels):
+            return [*collapse, *stopped]  # the scaler's / the framework's lines were read: evaluated
         raise NotEvaluated("no loss or grad_norm series found, and no fp16 loss-scaler lines")
     n_before = int(ctx.param("values_before"))
     max_transient = int(ctx.param("max_transient_points"))
@@ -124,6 +125,7 @@ def nonfinite(ctx: CheckContext) -> Iterable[Finding]:
                          excerpt=", ".join(f"step {st}: {_num(v)}" for st, v in [*before, [step, value]]))]
         out.append(ctx.finding(msg, key=f"loss.nonfinite:{s.metric}", facts=facts, evidence=ev,
                                severity=severity, step=step, wall_time=_wall(s, first)))
+    out.extend(stopped)
     return out
 
 

@@ -261,3 +261,32 @@ def scale_collapse(ctx: CheckContext, pats: ScalerPatterns) -> list[Finding]:
 
 def _ev(h: Hit) -> Evidence:
     return Evidence(path=h.path, line=h.lineno, excerpt=h.text.strip()[:300], rank=h.rank, step=h.step)
+
+
+# ----------------------------------------------------------------------------- stopped on NaN
+
+# Lines a framework prints when it stops training because the loss became NaN (loss.nonfinite card).
+NAN_STOP_PATTERNS = ("tf_nan_loss", "keras_terminate_nan", "ctx_nan_stop")
+
+
+def nan_stop(ctx: CheckContext) -> list[Finding]:
+    """The framework itself stopped on a non-finite loss (TF NanTensorHook, Keras TerminateOnNaN):
+    the run ended there, so the finding is critical, whatever series were logged."""
+    hits = sorted((h for n in NAN_STOP_PATTERNS[:2] for h in ctx.hits.get(n, ())), key=lambda h: (h.path, h.lineno))
+    if not hits:
+        return []
+    lead = hits[0]
+    facts: dict[str, object] = {"stopped_by": "keras TerminateOnNaN" if "Invalid loss" in lead.text
+                                else "tensorflow NanTensorHook", "line": lead.text.strip()[:300]}
+    for g in ("batch", "step"):
+        value = lead.groups.get(g)
+        if value is not None and value.isdigit():
+            facts[g] = int(value)
+    if lead.step is not None:
+        facts.setdefault("step", lead.step)
+    at = f" at step {facts['step']}" if "step" in facts else ""
+    msg = (f"The loss became NaN{at} and {facts['stopped_by']} stopped training ({lead.path}:{lead.lineno}): "
+           "lower the learning rate, check the inputs and labels for NaN/Inf, clip gradients.")
+    ev = [Evidence(path=h.path, line=h.lineno, excerpt=h.text.strip()[:300], rank=h.rank) for h in hits[:3]]
+    return [ctx.finding(msg, key="loss.nonfinite:stopped", facts=facts, evidence=ev, severity=Severity.CRITICAL,
+                        step=lead.step, wall_time=lead.wall_time)]

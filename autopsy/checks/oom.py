@@ -208,8 +208,10 @@ _STRONG = {"kernel_oom_kill": "kernel", "cgroup_oom_kill": "cgroup", "slurm_oom_
            "srun_task_oom": "slurm", "oom_killed": "container", "memory_error": "MemoryError",
            "numpy_alloc": "MemoryError", "bad_alloc": "std::bad_alloc", "bad_alloc_exception": "std::bad_alloc",
            "cpu_allocator": "torch CPU allocator",
-           "errno_enomem": "ENOMEM", "lsf_memlimit": "LSF memory limit", "pbs_mem_killed": "PBS memory limit"}
-_WEAK = {"bare_killed": "Killed", "shell_killed": "Killed", "zsh_killed": "Killed", "exit_137": "exit code 137", "ide_sigkill": "exit code 137",
+           "errno_enomem": "ENOMEM", "lsf_memlimit": "LSF memory limit",
+           "k8s_evicted_memory": "Kubernetes eviction (node memory pressure)", "pbs_mem_killed": "PBS memory limit"}
+_WEAK = {"bare_killed": "Killed", "shell_killed": "Killed", "zsh_killed": "Killed", "exit_137": "exit code 137",
+         "ide_sigkill": "exit code 137",
          "worker_killed": "DataLoader worker SIGKILL", "torchrun_sigkill": "SIGKILL", "spawn_sigkill": "SIGKILL",
          "subprocess_sigkill": "SIGKILL", "deepspeed_sigkill": "SIGKILL"}
 _SCHEDULER_STOP = ("ctx_time_limit", "ctx_pbs_walltime", "ctx_lsf_runlimit", "ctx_timeout_124")

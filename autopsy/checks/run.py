@@ -13,6 +13,15 @@ from collections.abc import Iterable
 
 import regex
 
+from autopsy.checks.common import final_tracebacks
+from autopsy.checks.hang import (
+    interrupted_hang_finding,
+    interrupted_waits,
+    is_hang_dump,
+    is_stop,
+    setup_stall_finding,
+    setup_stall_hits,
+)
 from autopsy.checks.run_state import (
     TERMINATION_EXIT_CODES,
     cadence_seconds,
@@ -175,10 +184,26 @@ def _norm(path: str) -> str:
 # ----------------------------------------------------------------------------- run.stalled
 
 
+# What may follow a setup message in a log that hung there: NCCL's INFO chatter and a bar still at 0.
+# Nothing else - a warning printed after it is a sign the program went on.
+_AFTER_SETUP = regex.compile(r"NCCL INFO|^\s*(?:\w[\w ]{0,40}:\s*)?0%\|[^|]{0,200}\|\s*0/\d+ ")
+
+
 def stalled(ctx: CheckContext) -> Iterable[Finding]:
-    """No new steps for long while the run was not finished, not failed and not exited."""
+    """No new steps for long while the run was not finished, not failed and not exited; or a stop
+    that caught the process waiting; or a log that stops on a setup message (:mod:`hang`)."""
     run = ctx.run
+    waits = interrupted_waits(run)
+    # (a crash elsewhere in the run: its survivors wait, and the crash is the story)
+    if waits and all(is_stop(tb) or is_hang_dump(tb) for tb in final_tracebacks(run)):
+        return [interrupted_hang_finding(ctx, waits)]
     last, planned = run.last_step, run.max_steps
+    setup = [h for name, hs in ctx.hits.items() if name.startswith("setup_") for h in hs]
+    if setup and not run.exit_codes and not end_signals(run) \
+            and (planned is None or last is None or last < planned):
+        ended_on_setup = setup_stall_hits(run, setup, _AFTER_SETUP)
+        if ended_on_setup:
+            return [setup_stall_finding(ctx, ended_on_setup)]
     if last is None:
         raise NotEvaluated("no training step found in any artifact")
     if planned is not None and last >= planned:

@@ -27,6 +27,7 @@ from autopsy.checks.common import (
     traceback_at,
     where,
 )
+from autopsy.checks.tb_causes import gate_closed
 from autopsy.engine.types import CheckContext
 from autopsy.model import Confidence, Evidence, Finding, Severity
 from autopsy.parsers.types import ConfigEntry, Hit
@@ -130,9 +131,13 @@ def mismatch(ctx: CheckContext) -> Iterable[Finding]:
     def live(name: str) -> list[Hit]:
         return [h for h in ctx.hits.get(name, ()) if not recovered(ctx.run, h, min_after)]
 
-    labels = live("label_assert") + live("target_out_of_bounds")
-    index = live("index_error") + live("index_table") + live("src_index_assert")
     vocab = _vocab_mismatch(ctx)
+    # A label id outside the classes is this rule's only with tokenizer / embedding evidence: the vocabulary
+    # disagrees, or the frames show a tokenizer or language model (tb_causes); a class-label assert in a
+    # vision model is cuda.runtime's (or crash.exception's) to report.
+    labels = [h for h in live("frames_label_assert") + live("frames_target_out_of_bounds")
+              if vocab is not None or not gate_closed(ctx, h)]
+    index = live("index_error") + live("index_table") + live("src_index_assert")
     overflow_seen = bool(other_rule_fired_lines(ctx.run, "tokenizer.overflow"))
     if index and vocab is None and (overflow_seen or any(_position_frame(ctx, h) for h in index)):
         index = []  # long sequences (position ids), not the vocabulary: tokenizer.overflow's finding

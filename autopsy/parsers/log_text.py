@@ -65,6 +65,8 @@ def clean(raw: bytes, label_mode: int = LABEL_NONE) -> tuple[str, int | None]:
         if m:
             rank = int(m.group(1))
             text = text[m.end():]
+    if text[:2] == "**" and text.rstrip().endswith("**") and len(text.strip()) > 4:
+        text = text.strip()[2:-2]  # a line pasted in markdown bold ("**Killed**") is the line itself
     if text[:1] in ("[", "s"):
         for _ in range(3):
             m = _PREFIX.match(text)
@@ -88,12 +90,24 @@ _KERAS_BAR = re.compile(r"\s*\d+/\d+ \[[=>.]*\]")
 _KERAS_TAIL = re.compile(r"(?<=[0-9a-z])(?=[A-Z][a-z]+(?:[ :(.]|$))")
 
 
+# A shell's job report glued to the end of whatever the job last wrote without a newline (any
+# progress display: "eta 28:34:54 \\Terminated", "100% 5/5Killed"): bash and zsh print these words
+# right after the dead job's output; a letter or a space before them is ordinary prose.
+_SHELL_TAILS = ("Killed", "Terminated", "core dumped)", "Segmentation fault", "Bus error", "Aborted")
+_SHELL_TAIL = re.compile(
+    r"(?<=[^\sA-Za-z])(?:Killed|Terminated|Segmentation fault|Bus error|Aborted)(?: \(core dumped\))?\s*$")
+
+
 def split_glued(text: str) -> list[str]:
     """A segment split where a message was glued onto a progress bar: [bar, message], else [text].
 
     Rules match each piece on its own, so a pattern anchored at a line start ("^Killed$") and a
     traceback header find their text whatever bar the terminal left before it.
     """
+    if text.rstrip().endswith(_SHELL_TAILS):
+        m0 = _SHELL_TAIL.search(text)
+        if m0 is not None and m0.start() > 0:
+            return [text[:m0.start()], text[m0.start():]]
     close = text.find("]")
     if close < 0:
         return [text]

@@ -1,0 +1,183 @@
+"""Hangs told by what the process was doing when it was stopped, or by where its log stops.
+
+* An interrupted hang: a KeyboardInterrupt / SIGTERM traceback (the user's Ctrl-C, a scheduler's
+  or torchrun's SIGTERM) whose innermost frame *waits* - a queue ``get``, the DataLoader's
+  ``_data_queue.get``, a ``threading`` wait or lock, ``select``/``poll``, a socket ``recv``, a
+  barrier or collective, ``time.sleep``. The process was idle, not computing, when it was
+  stopped: the run hung there. Judged from the frames (file, function, code line), not from
+  the exception's wording, which is the same for a stop in the middle of a healthy step.
+* A log that ends on a setup message (loading a checkpoint, ``init_process_group``, DDP's
+  "Reducer buckets have been rebuilt", compiling, "waiting for ...") with no end marker after
+  it: the next thing the program would print never came. Weaker: a paste cut there looks the
+  same, so it is reported with low confidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import regex
+
+from autopsy.checks.common import frame_text
+from autopsy.engine.types import CheckContext
+from autopsy.model import Confidence, Evidence, Finding
+from autopsy.parsers.types import Frame, Hit, LogScan, Traceback
+from autopsy.run import Run
+
+# How a stop request surfaces in Python: Ctrl-C, torchrun's SignalException, or a handler's own
+# exception naming the signal.
+_STOP_TYPES = ("KeyboardInterrupt", "SignalException")
+_STOP_MESSAGE = regex.compile(r"\bSIG(?:TERM|INT)\b|\bsignal (?:15|2)\b|got signal: (?:15|2)\b")
+
+# Functions that block until something else happens (stdlib, multiprocessing, torch.distributed).
+_WAIT_FUNCTIONS = frozenset({
+    "wait", "_wait", "wait_for", "_wait_for_tstate_lock", "acquire", "join", "sleep",
+    "waitpid", "_try_wait", "recv", "recv_into", "_recv", "recv_bytes", "_recv_bytes", "recvfrom", "accept",
+    "poll", "_poll", "select", "epoll", "_try_get_data", "_get_data",
+    "barrier", "monitored_barrier", "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object",
+    "broadcast", "broadcast_object_list", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
+    "synchronize", "_store_based_barrier", "rendezvous", "next_rendezvous",
+})
+# A wait in a module whose ``get`` / ``put`` block (queue.Queue, multiprocessing queues, a c10d store).
+_WAIT_MODULE = regex.compile(r"(?:^|[/\\])(?:queue|queues|threading|selectors|connection|socket|synchronize"
+                             r"|subprocess|popen_\w+|distributed_c10d|c10d_logger|store)\.py$")
+# The code line of the innermost frame calling something that blocks (builtins get no frame of their own:
+# "time.sleep(5)", "self._data_queue.get(timeout=timeout)", "work.wait()", "sock.recv(4096)").
+_WAIT_CALL = regex.compile(
+    r"\b(?:time\.)?sleep\(|\bos\.waitpid\(|_?queue\.get\(|\.get\(\s*(?:block=True|timeout)|\.wait\(|\.join\(|\.recv(?:_into|from)?\("
+    r"|\.accept\(|select\.(?:select|poll|epoll)\(|\.poll\(|\.acquire\(|\bbarrier\(|\.synchronize\("
+    r"|\ball_reduce\(|\ball_gather\w*\(|\bbroadcast\w*\(|_store\.get\(|store\.wait\(")
+
+
+@dataclass(frozen=True)
+class InterruptedWait:
+    """A stop traceback whose innermost frame waits."""
+
+    traceback: Traceback
+    frame: Frame
+
+    @property
+    def frame_text(self) -> str:
+        return frame_text(self.frame) or self.frame.file
+
+
+def is_stop(tb: Traceback) -> bool:
+    """A traceback that is how a stop request (Ctrl-C, SIGTERM) surfaced, not a program error."""
+    last = tb.exc_type.rsplit(".", 1)[-1]
+    return last in _STOP_TYPES or bool(last and _STOP_MESSAGE.search(tb.message.split("\n", 1)[0]))
+
+
+def is_hang_dump(tb: Traceback) -> bool:
+    """A stop, or a stack with no exception line, whose innermost frame waits."""
+    return (is_stop(tb) or not tb.exc_type) and waiting_frame(tb) is not None
+
+
+def waiting_frame(tb: Traceback) -> Frame | None:
+    """The innermost frame when it blocks (a wait, a queue get, a collective, a sleep), else None."""
+    if not tb.frames:
+        return None
+    frame = tb.frames[-1]
+    func = (frame.function or "").strip()
+    path = frame.file.replace("\\", "/")
+    if func in _WAIT_FUNCTIONS and (func not in ("join", "acquire", "select", "poll") or _WAIT_MODULE.search(path)
+                                    or "/multiprocessing/" in path):
+        return frame
+    if func in ("get", "put") and (_WAIT_MODULE.search(path) or "/multiprocessing/" in path):
+        return frame
+    if frame.code and _WAIT_CALL.search(frame.code):
+        return frame
+    return None
+
+
+def interrupted_waits(run: Run) -> list[InterruptedWait]:
+    """Every stop traceback of the run whose innermost frame waits, in log order; a stack with no
+    exception line at all (py-spy / faulthandler dump of a live process, or a cut Ctrl-C) counts too."""
+    out = []
+    for tb in run.all_tracebacks:
+        if not is_stop(tb) and tb.exc_type:
+            continue
+        frame = waiting_frame(tb)
+        if frame is not None:
+            out.append(InterruptedWait(tb, frame))
+    return sorted(out, key=lambda w: (w.traceback.path, w.traceback.line_start))
+
+
+def _last_meaningful(scan: LogScan, ignorable: regex.Pattern[str]) -> tuple[int, str] | None:
+    for lineno, line in reversed(scan.tail):
+        if line.strip() and not ignorable.search(line):
+            return lineno, line
+    return None
+
+
+def setup_stall_hits(run: Run, setup_hits: list[Hit], ignorable: regex.Pattern[str]) -> list[Hit]:
+    """Setup messages that are the last meaningful line of their log (warnings, banners and NCCL INFO
+    after them are ignored): the log stops where the next stage should have begun."""
+    by_path: dict[str, list[Hit]] = {}
+    for h in setup_hits:
+        by_path.setdefault(h.path, []).append(h)
+    out = []
+    for scan in run.logs:
+        hits = by_path.get(scan.path)
+        if not hits:
+            continue
+        last = _last_meaningful(scan, ignorable)
+        lead = max(hits, key=lambda h: h.lineno)
+        # the setup line itself may be one of the ignorable ones (NCCL INFO, a 0% bar)
+        if last is None or lead.lineno >= last[0]:
+            out.append(lead)
+    return out
+
+
+# ----------------------------------------------------------------------------- findings (run.stalled)
+
+def interrupted_hang_finding(ctx: CheckContext, waits: list[InterruptedWait]) -> Finding:
+    """run.stalled from a stop traceback caught waiting: where it waited is the evidence."""
+    lead = waits[-1]  # the last stop is the one that ended the run
+    tb = lead.traceback
+    last = ctx.run.last_step
+    facts: dict[str, object] = {"stop": tb.exc_type.rsplit(".", 1)[-1], "waiting_frame": lead.frame_text,
+                                "waiting_function": lead.frame.function, "last_step": last,
+                                "max_steps": ctx.run.max_steps, "count": len(waits)}
+    if lead.frame.code:
+        facts["waiting_code"] = lead.frame.code.strip()[:200]
+    ranks = sorted({w.traceback.rank for w in waits if w.traceback.rank is not None})
+    if ranks:
+        facts["ranks"] = ranks
+    ev = [Evidence(path=w.traceback.path, line=w.traceback.line_start, line_end=w.traceback.line_end,
+                   rank=w.traceback.rank, excerpt=(w.frame.code or w.frame_text).strip()[:300],
+                   detail=f"{w.traceback.exc_type.rsplit('.', 1)[-1]} while waiting in {w.frame_text}")
+          for w in waits[-3:]]
+    at = f" after step {last}" if last is not None else " before its first step"
+    what = "interrupted (Ctrl-C)" if facts["stop"] == "KeyboardInterrupt" else "stopped by a signal"
+    code = f" (`{facts['waiting_code']}`)" if "waiting_code" in facts else ""
+    msg = (f"The run hung{at}: it was {what} while waiting in {lead.frame_text}{code}, not while computing "
+           f"({tb.path}:{tb.line_start}-{tb.line_end}); find what it waited for (a DataLoader worker, a peer rank, "
+           "a lock, a socket) instead of treating the stop as a crash.")
+    return ctx.finding(msg, key=f"run.stalled:waiting:{lead.frame.function or '?'}", facts=facts, evidence=ev,
+                       confidence=Confidence.MEDIUM, step=last, wall_time=tb.wall_time)
+
+
+def setup_stall_finding(ctx: CheckContext, hits: list[Hit]) -> Finding:
+    """run.stalled (low confidence) from a log whose last meaningful line is a setup message."""
+    lead = max(hits, key=lambda h: (h.wall_time or 0.0, h.path, h.lineno))
+    last = ctx.run.last_step
+    name = lead.key.rsplit("/", 1)[-1]
+    facts: dict[str, object] = {"last_line": lead.text.strip()[:300], "stage": name.removeprefix("setup_"),
+                                "last_step": last, "max_steps": ctx.run.max_steps}
+    at = f"after step {last}" if last is not None else "before its first step"
+    # Only a log whose real mtime is long past says it stayed there; otherwise it may be a cut paste or a
+    # run still in that stage (analysed right now): low confidence, and said so.
+    mtime = next((ctx.run.clock.mtime(a) for a in ctx.run.discovery.artifacts if a.path == lead.path), None)
+    idle = ctx.run.now - mtime if mtime is not None else None
+    long_idle = idle is not None and idle > float(ctx.param("min_stall_seconds"))
+    if idle is not None:
+        facts["seconds_since_log_written"] = round(idle, 1)
+    msg = (f"The log stops {at} on a setup message ({lead.path}:{lead.lineno}: {lead.text.strip()[:120]!r}) with "
+           "nothing after it - no step, no error, no exit: the run most likely hung in that stage "
+           + (f"(the log has not been written for {idle / 3600:.1f} h)." if long_idle and idle is not None else
+              "(or the log was cut there, or the run is still in that stage: analyse it again later)."))
+    return ctx.finding(msg, key=f"run.stalled:setup:{facts['stage']}", facts=facts,
+                       evidence=[Evidence(path=lead.path, line=lead.lineno, excerpt=lead.text.strip()[:300],
+                                          rank=lead.rank)],
+                       confidence=Confidence.MEDIUM if long_idle else Confidence.LOW, step=last,
+                       wall_time=lead.wall_time)
