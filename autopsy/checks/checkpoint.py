@@ -242,11 +242,16 @@ def share_ok(facts: dict[str, object], ctx: CheckContext) -> bool:
 # ----------------------------------------------------------------------------- checkpoint.corrupt
 
 
+# The card's patterns of a failed load (frames_ ones gated by the frames: checkpoint_load, tb_causes).
+_LOAD_PATTERNS = ("load_stream_reader", "load_safetensors_header", "load_unexpected_eof", "load_hf_weights",
+                  "load_lfs_pointer", "frames_unpickling", "frames_eof", "frames_bad_zip")
+
+
 def corrupt(ctx: CheckContext) -> Iterable[Finding]:
     """Checkpoints that cannot be resumed from: truncated or unreadable files, missing files."""
     run = ctx.run
     cps = run.checkpoint_list
-    from_log = load_failures(ctx)  # a load that failed on a damaged file, told by the log
+    from_log = load_failures(ctx, _LOAD_PATTERNS)  # a load that failed on a damaged file, told by the log
     if not cps:
         if from_log:
             return from_log

@@ -20,10 +20,9 @@ _LFS_HINT = ("a Git LFS pointer file (a few lines of text starting 'version http
              "weights should be: run `git lfs pull` or download the real file")
 
 
-def load_failures(ctx: CheckContext, progress_after_steps: int = 2) -> list[Finding]:
+def load_failures(ctx: CheckContext, names: tuple[str, ...], progress_after_steps: int = 2) -> list[Finding]:
     """One finding for the failed checkpoint loads in the logs (the last one leads), or none."""
-    named = [(n, h) for n, hs in ctx.hits.items() if n.startswith(("load_", "frames_")) for h in hs
-             if not recovered(ctx.run, h, progress_after_steps)]
+    named = [(n, h) for n in names for h in ctx.hits.get(n, ()) if not recovered(ctx.run, h, progress_after_steps)]
     kept = gated(ctx.run, ctx.card.id, named)
     if not kept:
         return []

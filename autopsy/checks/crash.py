@@ -103,7 +103,7 @@ def segfault(ctx: CheckContext) -> Iterable[Finding]:
 
     return line_rule(ctx, names=("fatal_python", "windows_fatal", "segfault", "segfault_zsh", "bus_error",
                                  "signal_line", "caught_signal", "exit_139", "windows_exit_code",
-                                 "elastic_exitcode", "deepspeed_signal_exit"),
+                                 "dotnet_access_violation", "elastic_exitcode", "deepspeed_signal_exit"),
                      message=message, facts=facts, key=key, skip=skip)
 
 

@@ -63,7 +63,7 @@ def nonfinite(ctx: CheckContext) -> Iterable[Finding]:
     collapse = scale_collapse(ctx, SCALER_PATTERNS)
     loss = load_series(run, "loss")
     gnorm = load_series(run, "grad_norm")
-    stopped = nan_stop(ctx)  # the framework stopped on a NaN loss: told by its own line
+    stopped = nan_stop(ctx, ("tf_nan_loss", "keras_terminate_nan"))  # the framework stopped on a NaN loss
     if loss is None and gnorm is None:
         if collapse or stopped or any(ctx.hits.get(n) for n in SCALER_PATTERNS.labels):
             return [*collapse, *stopped]  # the scaler's / the framework's lines were read: evaluated

@@ -265,14 +265,10 @@ def _ev(h: Hit) -> Evidence:
 
 # ----------------------------------------------------------------------------- stopped on NaN
 
-# Lines a framework prints when it stops training because the loss became NaN (loss.nonfinite card).
-NAN_STOP_PATTERNS = ("tf_nan_loss", "keras_terminate_nan", "ctx_nan_stop")
-
-
-def nan_stop(ctx: CheckContext) -> list[Finding]:
-    """The framework itself stopped on a non-finite loss (TF NanTensorHook, Keras TerminateOnNaN):
-    the run ended there, so the finding is critical, whatever series were logged."""
-    hits = sorted((h for n in NAN_STOP_PATTERNS[:2] for h in ctx.hits.get(n, ())), key=lambda h: (h.path, h.lineno))
+def nan_stop(ctx: CheckContext, names: Sequence[str]) -> list[Finding]:
+    """The framework itself stopped on a non-finite loss (TF NanTensorHook, Keras TerminateOnNaN), told by
+    the card's patterns ``names``: the run ended there, so the finding is critical, whatever series were logged."""
+    hits = sorted((h for n in names for h in ctx.hits.get(n, ())), key=lambda h: (h.path, h.lineno))
     if not hits:
         return []
     lead = hits[0]
