@@ -22,6 +22,7 @@ with (tests compare them).
 from __future__ import annotations
 
 import re
+import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,11 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 HITS_KEPT = 20  # first and last K hits kept per pattern per file
 REGEX_TIMEOUT_S = 0.25  # a hostile line cannot stall the scan in catastrophic backtracking
+# Per file: once the regex searches of one file have taken this long in all, the rest of the
+# file is read (series, tracebacks, context) but no longer searched for patterns, and the scan
+# says so. The built-in patterns are linear by construction (tests/test_hostile_patterns.py);
+# this bounds a user card's pattern, or many lines each just under the timeout.
+REGEX_BUDGET_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -146,12 +152,17 @@ class HitCollector:
         self.last: dict[str, deque[Hit]] = {}
         self.count: dict[str, int] = {}
         self.timeouts = 0
+        self.spent = 0.0  # seconds in regex searches so far
+        self.exhausted_at: int | None = None  # set by the scanner: the line where the budget ran out
 
     def candidates(self, text: str, prefilter: bool = True) -> list[tuple[CompiledPattern, regex.Match[str]]]:
         """Patterns matching one cleaned segment (each pattern's literal checked first,
         unless ``prefilter`` is off: the reference path runs every regex)."""
-        out = []
+        out: list[tuple[CompiledPattern, regex.Match[str]]] = []
+        if self.spent > REGEX_BUDGET_S:
+            return out
         lowered: str | None = None
+        started = time.perf_counter()
         for p in self.compiled.patterns:
             if p.literals and prefilter:
                 if p.ignore_case:
@@ -172,7 +183,13 @@ class HitCollector:
                 continue
             if m is not None:
                 out.append((p, m))
+        self.spent += time.perf_counter() - started
         return out
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether the file's regex budget is spent (later segments are not searched)."""
+        return self.spent > REGEX_BUDGET_S
 
     def add(self, hit: Hit) -> None:
         key = hit.key

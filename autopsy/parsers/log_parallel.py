@@ -153,7 +153,8 @@ def _child(conn: Any, make: Callable[[], Any], fd: int, p: Plan, limit: int, blo
     sc.tb.close()
     sc.cf.close()
     conn.send({
-        "state": state, "quiet": quiet, "hits": (sc.hits.first, sc.hits.last, sc.hits.count, sc.hits.timeouts),
+        "state": state, "quiet": quiet, "hits": (sc.hits.first, sc.hits.last, sc.hits.count, sc.hits.timeouts,
+                                              sc.hits.exhausted_at),
         "tb": (sc.tb.first, list(sc.tb.last), sc.tb.peak_first), "cf": sc.cf.results,
         "cfg": (sc.cfg.entries, sc.cfg.provisional, sc.cfg.refused), "tail": list(sc.tail),
         "ranks": sc.ranks, "counts": (sc.processed, sc.nul, sc.bad, sc.lines_before, read),
@@ -299,8 +300,10 @@ def _shift_tb(tb: Traceback, lines: int, before: float | None) -> Traceback:
 
 def _merge_hits(coll: HitCollector, got: tuple[Any, ...], lines: int, before: float | None,
                 before_line: int | None, before_step: int | None = None) -> None:
-    first2, last2, count2, timeouts = got
+    first2, last2, count2, timeouts, exhausted_at = got
     coll.timeouts += timeouts
+    if coll.exhausted_at is None and exhausted_at is not None:
+        coll.exhausted_at = exhausted_at + lines
     for key, n2 in count2.items():
         n1 = coll.count.get(key, 0)
         seq1 = list(coll.first.get(key, [])) + list(coll.last.get(key, ()))

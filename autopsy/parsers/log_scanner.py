@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 from collections import deque
 
-from autopsy.parsers import log_metrics
+from autopsy.model import ParseStatus
+from autopsy.parsers import log_match, log_metrics
 from autopsy.parsers import log_text as lt
 from autopsy.parsers.log_child_failures import ChildFailureTracker
 from autopsy.parsers.log_config import TRIGGERS as CONFIG_TRIGGERS
@@ -293,6 +294,8 @@ class LogScanner(BlockContext):
         if flags & _PAT or (flags & _TRIG and b"\x1b" in raw):
             for piece in pieces:
                 found = self.hits.candidates(piece)
+                if self.hits.exhausted and self.hits.exhausted_at is None:
+                    self.hits.exhausted_at = lineno
                 if found:
                     step, wall = self._context(e)
                     wall_line = self._wall_line()
@@ -441,6 +444,11 @@ class LogScanner(BlockContext):
             notes.append(f"series thinned to every {self.series.stride}th line to bound memory")
         if self.hits.timeouts:
             notes.append(f"{self.hits.timeouts} regex searches timed out on hostile lines")
+        if self.hits.exhausted_at is not None:
+            notes.append(f"regex budget of {log_match.REGEX_BUDGET_S:g} s spent at line {self.hits.exhausted_at:,}: "
+                         "the rest of the file was read but not searched for failure patterns (partly searched)")
+            if scan.status is ParseStatus.OK:
+                scan.status = ParseStatus.TRUNCATED
         if self.compiled.errors:
             notes.append("patterns not compiled: " + ", ".join(sorted(self.compiled.errors)))
         if notes:
