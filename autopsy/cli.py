@@ -28,12 +28,14 @@ from autopsy.cli_output import (
     die,
     fail_on_option,
     finish,
+    force_option,
     format_option,
     github_option,
     guarded,
     no_color_option,
     output_option,
     quiet_option,
+    say,
     verbose_option,
 )
 from autopsy.cli_report import report
@@ -130,15 +132,18 @@ main.add_command(rules)
                    "reported as not read.")
 @click.option("--check-crc/--no-check-crc", default=False, show_default=True,
               help="Verify the CRC of every TensorBoard record (slower; damaged records are reported).")
+@force_option
 @no_color_option
 @guarded
 def analyze(run_dirs: tuple[str, ...], fmt: str, output: str | None, select: tuple[str, ...],
             ignore: tuple[str, ...], rules_dirs: tuple[str, ...], fail_on: str, quiet: bool, verbose: bool,
-            github: bool, append: str | None, max_bytes: int | None, check_crc: bool, no_color: bool) -> None:
+            github: bool, append: str | None, max_bytes: int | None, check_crc: bool, force: bool,
+            no_color: bool) -> None:
     """Analyse one or more run directories (shell globs work, quoted or not)."""
     dirs, bad_paths = collect_run_dirs(run_dirs)
     from autopsy.api import analyze_run
     from autopsy.engine.runner import select_cards
+    from autopsy.report.sanitize import term_name
     from autopsy.run import LoadOptions, RunError
 
     catalog = load_catalog(rules_dirs)
@@ -156,11 +161,11 @@ def analyze(run_dirs: tuple[str, ...], fmt: str, output: str | None, select: tup
 
     # Each bad path is one line now; the good runs are analysed and the exit code says 2.
     for message in bad_paths:
-        click.echo(f"autopsy: error: {message}", err=True)
+        say(f"autopsy: error: {message}")
     for d in dirs:
         hint = parent_of_runs_hint(d)
         if hint:
-            click.echo(f"autopsy: hint: {hint}", err=True)
+            say(f"autopsy: hint: {hint}")
     reports: list[Report] = []
     # The HTML report of one run draws its charts and log context from the parsed run: keep
     # the one the analysis built rather than reading the run again.
@@ -169,26 +174,28 @@ def analyze(run_dirs: tuple[str, ...], fmt: str, output: str | None, select: tup
     worst_error = EXIT_USAGE if bad_paths else EXIT_OK
     tty = _stderr_is_tty()
     mode = progress_mode(fmt, quiet=quiet, tty=tty, n_runs=len(dirs), large=tty and work_is_large(dirs))
-    with click.progressbar(dirs, label="analysing", file=sys.stderr, show_pos=True,
-                           item_show_func=lambda d: d or "") if mode == "bar" else _nullbar(dirs) as items:
+    bar = click.progressbar(dirs, label="analysing", file=sys.stderr, show_pos=True,
+                            item_show_func=lambda d: term_name(d) if d else "") if mode == "bar" else None
+    with bar if bar is not None else _nullbar(dirs) as items:
         for d in items:
             try:
-                with Ticker(d, stream=sys.stderr) if mode == "ticker" else _nullbar([]):
+                with Ticker(term_name(d), stream=sys.stderr) if mode == "ticker" else _nullbar([]):
                     report, run = analyze_run(d, select=sel, ignore=ign, options=options, catalog=catalog)
                 reports.append(report)
                 if runs is not None:
                     runs.append(run)
             except RunError as exc:
-                click.echo(f"autopsy: error: {exc}", err=True)
+                say(f"autopsy: error: {exc}")
                 worst_error = max(worst_error, EXIT_USAGE)
             except Exception as exc:  # a bug in autopsy: report it, keep the other runs
                 if os.environ.get("AUTOPSY_DEBUG"):
                     raise
-                click.echo(f"autopsy: internal error analysing {d}: {type(exc).__name__}: {exc} "
-                           "(set AUTOPSY_DEBUG=1 for the traceback)", err=True)
+                say(f"autopsy: internal error analysing {d}: {type(exc).__name__}: {exc} "
+                    "(set AUTOPSY_DEBUG=1 for the traceback)")
                 worst_error = EXIT_INTERNAL
     finish(reports, fmt=fmt, output=output, no_color=no_color, quiet=quiet, github=github, append=append,
-           fail_on=fail_on, catalog=catalog, worst_error=worst_error, runs=runs, verbose=verbose)
+           fail_on=fail_on, catalog=catalog, worst_error=worst_error, runs=runs, verbose=verbose, run_dirs=dirs,
+           force=force)
 
 
 class _nullbar:

@@ -10,6 +10,7 @@ Like :mod:`autopsy.cli`, only click and the standard library at module level.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -142,21 +143,61 @@ def render(reports: Sequence[Report], fmt: str, *, color: bool, quiet: bool, cat
     die(f"unknown format {fmt!r}")  # pragma: no cover - click restricts the choices
 
 
-def emit(text: str, output: str | None, color: bool) -> None:
+def say(message: str) -> None:
+    """One line on stderr. Names and messages that carry run text (file and directory names,
+    error strings) have their control characters and undecodable bytes made visible."""
+    from autopsy.report.sanitize import term_name
+
+    try:
+        click.echo(term_name(message), err=True)
+    except OSError:  # stderr itself is gone: nothing left to tell
+        pass
+
+
+def in_actions(github: bool) -> bool:
+    """Whether stdout is read by GitHub Actions for workflow commands."""
+    return github or os.environ.get("GITHUB_ACTIONS") == "true"
+
+
+def _stdout_gone(exc: OSError) -> NoReturn:
+    """stdout failed (full disk, closed pipe): one line, exit 2, and no second complaint at exit."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    die(f"cannot write the report to stdout: {exc.strerror or exc}")
+
+
+def emit(text: str, output: str | None, color: bool, *, fmt: str = "text", github: bool = False,
+         run_dirs: Sequence[str] = (), force: bool = False) -> None:
+    """The rendered document to ``-o`` (checked, atomic) or stdout; write errors exit 2."""
+    from autopsy.report.sanitize import gh_stdout, valid_utf8
+
+    text = valid_utf8(text, json_doc=fmt in ("json", "jsonl", "sarif"))
     if output and output != "-":
-        from pathlib import Path
+        from autopsy.cli_targets import TargetRefused, resolve_target, write_atomic
 
         try:
-            Path(output).write_text(text, encoding="utf-8")
+            real = resolve_target(output, what="the report", run_dirs=run_dirs, force=force)
+            write_atomic(real, text.encode("utf-8"))
+        except TargetRefused as exc:
+            die(str(exc))
         except OSError as exc:
             die(f"cannot write {output}: {exc.strerror or exc}")
         return
-    click.echo(text, nl=False, color=color)
+    if in_actions(github):
+        text = gh_stdout(text, fmt)
+    try:
+        click.echo(text, nl=False, color=color)
+        sys.stdout.flush()
+    except OSError as exc:
+        _stdout_gone(exc)
 
 
 def side_outputs(reports: Sequence[Report], *, fmt: str, output: str | None, github: bool, append: str | None,
-                 quiet: bool, catalog: Any) -> None:
+                 quiet: bool, catalog: Any, run_dirs: Sequence[str] = (), force: bool = False) -> None:
     """Side outputs: GitHub annotations and step summary, ISSUES-log append."""
+    from autopsy.report.sanitize import valid_utf8
+
     summary_path = os.environ.get("GITHUB_STEP_SUMMARY") or None
     if github or summary_path:
         from autopsy.report.github import annotation_lines, write_step_summary
@@ -166,26 +207,36 @@ def side_outputs(reports: Sequence[Report], *, fmt: str, output: str | None, git
         # Annotations go to stdout, where Actions reads workflow commands, unless stdout
         # carries a machine-readable document; then stderr (Actions reads both).
         to_stderr = fmt in MACHINE_FORMATS and not (output and output != "-")
-        for line in annotation_lines(reports):
-            click.echo(line, err=to_stderr)
+        try:
+            for line in annotation_lines(reports):
+                click.echo(valid_utf8(line), err=to_stderr)
+        except OSError as exc:
+            _stdout_gone(exc)
         if summary_path:
+            from autopsy.cli_targets import TargetRefused, resolve_target
+
             verdicts = "\n".join(f"- {render_verdict(r)}" for r in reports)
             try:
-                write_step_summary(summary_path, "## autopsy\n\n" + verdicts + "\n\n"
-                                   + render_markdown_many(list(reports), catalog))
-            except OSError as exc:
-                click.echo(f"autopsy: cannot write the step summary {summary_path}: {exc}", err=True)
+                real = resolve_target(summary_path, what="the step summary", run_dirs=run_dirs, force=force)
+                write_step_summary(str(real), valid_utf8("## autopsy\n\n" + verdicts + "\n\n"
+                                                         + render_markdown_many(list(reports), catalog)))
+            except (OSError, TargetRefused) as exc:
+                say(f"autopsy: cannot write the step summary {summary_path}: {exc}")
     if append:
+        from autopsy.cli_targets import TargetRefused, resolve_target
         from autopsy.report.append import append_entries
         from autopsy.report.markdown import render_entries
 
-        entries = [e for r in reports for e in render_entries(r, catalog)]
+        entries = [(fp, valid_utf8(text)) for r in reports for fp, text in render_entries(r, catalog)]
         try:
-            result = append_entries(append, entries)
+            real = resolve_target(append, what="the ISSUES-log entries", run_dirs=run_dirs, force=force)
+            result = append_entries(real, entries)
+        except TargetRefused as exc:
+            die(str(exc))
         except OSError as exc:
             die(f"cannot append to {append}: {exc.strerror or exc}")
         if not quiet:
-            click.echo(f"autopsy: {append_message(len(result.added), len(result.skipped), append)}", err=True)
+            say(f"autopsy: {append_message(len(result.added), len(result.skipped), append)}")
 
 
 def append_message(added: int, skipped: int, log: str) -> str:
@@ -200,15 +251,18 @@ def append_message(added: int, skipped: int, log: str) -> str:
 
 def finish(reports: Sequence[Report], *, fmt: str, output: str | None, no_color: bool, quiet: bool,
            github: bool, append: str | None, fail_on: str, catalog: Any, worst_error: int,
-           runs: Sequence[Any] | None = None, verbose: bool = False) -> NoReturn:
+           runs: Sequence[Any] | None = None, verbose: bool = False, run_dirs: Sequence[str] = (),
+           force: bool = False) -> NoReturn:
     color = fmt == "text" and use_color(no_color, output)
     if reports:
         # `--format md --append LOG` without -o: the entries went into LOG; printing them
         # again would only be pasted twice. The one-line append message says what happened.
         if not (append and fmt == "md" and not output):
             emit(render(reports, fmt, color=color, quiet=quiet, catalog=catalog, runs=runs, verbose=verbose,
-                        width=terminal_width(output)), output, color)
-        side_outputs(reports, fmt=fmt, output=output, github=github, append=append, quiet=quiet, catalog=catalog)
+                        width=terminal_width(output)), output, color, fmt=fmt, github=github, run_dirs=run_dirs,
+                 force=force)
+        side_outputs(reports, fmt=fmt, output=output, github=github, append=append, quiet=quiet, catalog=catalog,
+                     run_dirs=run_dirs, force=force)
     raise SystemExit(exit_code(reports, fail_on, worst_error))
 
 
@@ -230,6 +284,8 @@ github_option = click.option("--github", is_flag=True,
                                    "GITHUB_STEP_SUMMARY is set).")
 append_option = click.option("--append", type=click.Path(dir_okay=False), default=None, metavar="ISSUES.md",
                               help="Append ISSUES-log entries to this file (atomic; the same failure only once).")
+force_option = click.option("--force", is_flag=True,
+                             help="Allow -o/--append targets inside a run directory being analysed.")
 no_color_option = click.option("--no-color", is_flag=True, help="No ANSI colour (also: NO_COLOR set, not a TTY).")
 
 
@@ -242,7 +298,7 @@ def guarded(fn: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except CliFail as exc:
-            click.echo(f"autopsy: error: {exc}", err=True)
+            say(f"autopsy: error: {exc}")
             raise SystemExit(exc.code) from None
 
     return wrapper

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from autopsy.cli_output import die, guarded
+from autopsy.cli_output import die, guarded, say
 from autopsy.cli_support import plain_table, team_card_errors
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ def load_catalog(rules: Sequence[str]) -> Catalog:
     problems = team_card_errors(catalog, rules)
     if problems:
         for message in problems[:-1]:
-            click.echo(f"autopsy: error: card refused: {message}", err=True)
+            say(f"autopsy: error: card refused: {message}")
         die(f"card refused: {problems[-1]}")
     return catalog
 
@@ -71,7 +71,7 @@ def rules_list(rules_dirs: tuple[str, ...], as_json: bool) -> None:
                             [[r["id"], r["severity"], r["status"], str(r["summary"]).strip()] for r in rows])
         click.echo("\n".join(table))
     for err in catalog.errors:  # built-in cards only: a refused team card stopped us above
-        click.echo(f"autopsy: card refused: {err}", err=True)
+        say(f"autopsy: card refused: {err}")
 
 
 @rules.command("explain")

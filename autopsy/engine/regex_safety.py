@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from typing import Any
 
 try:  # Python 3.11+
-    from re import _constants as _c
-    from re import _parser as _p
+    from re import _constants as _c  # type: ignore[attr-defined]
+    from re import _parser as _p  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - Python 3.10
-    import sre_constants as _c  # type: ignore[no-redef]
-    import sre_parse as _p  # type: ignore[no-redef]
+    import sre_constants as _c
+    import sre_parse as _p
 
 _SAMPLE = frozenset(chr(c) for c in [*range(0, 0x250), 0x2028, 0x3000, 0x4E2D, 0xFF1A, 0x1F600])
 _MAXREPEAT = _c.MAXREPEAT
@@ -172,7 +172,7 @@ class _Walker:
         for k, (op, av) in enumerate(items):
             rest_can_fail = tail_can_fail or not self.info(items[k + 1:]).nullable
             if op in (_c.MAX_REPEAT, _c.MIN_REPEAT):
-                lo, hi, body = av
+                _lo, hi, body = av
                 b = self.info(body)
                 body_items = list(body)
                 self.sequence(body_items, [], tail_can_fail=True)
@@ -185,7 +185,7 @@ class _Walker:
                                 self.problems.append(
                                     f"ambiguous adjacent repeats: {_show(op, av)} can consume what {name} "
                                     f"consumes ({_sample(pump & b.chars)})")
-                    live = self._through(live, b) + [(_show(op, av), b.chars)]
+                    live = [*self._through(live, b), (_show(op, av), b.chars)]
                 else:
                     live = self._through(live, b)
                 continue

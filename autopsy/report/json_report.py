@@ -254,17 +254,47 @@ def _resume_from_dict(d: Any) -> ResumePlan | None:
                       note=text("note"))
 
 
+MAX_SAVED_DEPTH = 64  # a report autopsy writes nests about 8 deep
+
+
+def _depth_ok(data: Any) -> bool:
+    """Whether no container nests deeper than :data:`MAX_SAVED_DEPTH` (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    while stack:
+        obj, depth = stack.pop()
+        if depth > MAX_SAVED_DEPTH:
+            return False
+        if isinstance(obj, dict):
+            stack.extend((v, depth + 1) for v in obj.values() if isinstance(v, (dict, list)))
+        elif isinstance(obj, list):
+            stack.extend((v, depth + 1) for v in obj if isinstance(v, (dict, list)))
+    return True
+
+
 def reports_from_text(text: str) -> list[Report]:
-    """Read a saved report: one JSON object, a JSON array of them, or JSON Lines."""
+    """Read a saved report: one JSON object, a JSON array of them, or JSON Lines.
+
+    Hostile input is a :class:`ReportFormatError`, never a crash: nesting deeper than
+    :data:`MAX_SAVED_DEPTH`, numbers out of range, fields of the wrong type.
+    """
     stripped = text.strip()
     if not stripped:
         raise ReportFormatError("empty file")
     try:
-        data = json.loads(stripped)
-    except json.JSONDecodeError:
         try:
-            data = [json.loads(line) for line in stripped.splitlines() if line.strip()]
-        except json.JSONDecodeError as exc:
-            raise ReportFormatError(f"not JSON: {exc}") from None
-    items = data if isinstance(data, list) else [data]
-    return [report_from_dict(d) for d in items]
+            data = json.loads(stripped)
+        except json.JSONDecodeError:
+            try:
+                data = [json.loads(line) for line in stripped.splitlines() if line.strip()]
+            except json.JSONDecodeError as exc:
+                raise ReportFormatError(f"not JSON: {exc}") from None
+        if not _depth_ok(data):
+            raise ReportFormatError(f"nested deeper than {MAX_SAVED_DEPTH} levels: not an autopsy report")
+        items = data if isinstance(data, list) else [data]
+        return [report_from_dict(d) for d in items]
+    except RecursionError:
+        raise ReportFormatError(f"nested deeper than {MAX_SAVED_DEPTH} levels: not an autopsy report") from None
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+        if isinstance(exc, ReportFormatError):
+            raise
+        raise ReportFormatError(f"malformed report: {type(exc).__name__}: {str(exc)[:200]}") from None

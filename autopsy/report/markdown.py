@@ -230,21 +230,24 @@ _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def run_identity(report: Report) -> str:
-    """``<run dir name>@<failure time>``: the run an entry is about, the same from any cwd or copy.
+    """``<parent>/<run dir name>@<failure time>``: the run an entry is about, the same from any cwd.
 
     ``--append`` writes a failure once per (fingerprint, run): the fingerprint says which
     failure, this says which run. The directory's own name (not the path as typed, which
-    differs by cwd and machine), and the failure's time from the artifacts (not a file
-    mtime, which a copy rewrites); the last step when no time is known.
+    differs by cwd and machine) with its parent's (two runs named ``output`` in ``exp1/`` and
+    ``exp2/`` are two runs), and the failure's time from the artifacts (not a file
+    mtime, which a copy rewrites); the last step when no time is known, else ``no-time``.
     """
     raw = report.run.path.rstrip("/\\") or report.run.path
-    name = PurePath(raw).name
-    if name in ("", ".", ".."):
+    parts = PurePath(raw).parts
+    if not parts or parts[-1] in ("", ".", "..") or len(parts) < 2:
         try:
-            name = Path(raw or ".").resolve().name
+            parts = Path(raw or ".").resolve().parts
         except OSError:
-            name = ""
-    name = _UNSAFE_NAME.sub("_", name).strip("_") or "run"
+            pass
+    # the directory and its parent: exp1/output and exp2/output are two runs
+    names = [_UNSAFE_NAME.sub("_", p).strip("_") for p in parts[-2:] if p not in ("/", "\\")]
+    name = "/".join(n for n in names if n) or "run"
     run = report.run
     ts = run.failure_time if not (run.failure_time_source or "").endswith("last written") else None
     if ts is None or not math.isfinite(ts):
@@ -257,7 +260,7 @@ def run_identity(report: Report) -> str:
             pass
     if run.last_step is not None:
         return f"{name}@step-{run.last_step}"
-    return name
+    return f"{name}@no-time"  # always an "@": an entry without one is an older autopsy's path as typed
 
 
 def entry_date(report: Report, cause: Finding) -> str:

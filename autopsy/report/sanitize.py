@@ -107,7 +107,7 @@ _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]
 
 def xml_text(text: str) -> str:
     """Text that an XML 1.0 document may hold (escaping is left to the XML writer)."""
-    return _XML_INVALID.sub("", strip_terminal(text))
+    return _XML_INVALID.sub("", strip_terminal(valid_utf8(text)))
 
 
 # ---------------------------------------------------------------- GitHub workflow commands
@@ -122,3 +122,56 @@ def gh_escape_data(text: str) -> str:
 def gh_escape_property(text: str) -> str:
     """Escape a property value (``file=``, ``title=``) of a workflow command."""
     return gh_escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+# ----------------------------------------------------------- names, messages, UTF-8
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_NAME_CONTROL = re.compile("[\x00-\x1f\x7f\x80-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _escape_char(ch: str) -> str:
+    o = ord(ch)
+    if 0xDC80 <= o <= 0xDCFF:  # a byte that was not UTF-8 (os.fsdecode's surrogateescape)
+        return f"\\x{o - 0xDC00:02x}"
+    if o <= 0xFF:
+        return f"\\x{o:02x}"
+    return f"\\u{o:04x}"
+
+
+def term_name(text: str) -> str:
+    """A file or run name (or an error message naming one) for one line of a terminal.
+
+    Control characters, escape sequences' ESC, direction overrides and undecodable bytes
+    become visible ``\\xNN`` escapes instead of acting on the terminal or vanishing.
+    """
+    return _NAME_CONTROL.sub(lambda m: _escape_char(m.group()), str(text))
+
+
+def valid_utf8(text: str, *, json_doc: bool = False) -> str:
+    """``text`` with every lone surrogate made visible (``\\xNN``), so it encodes as UTF-8.
+
+    In a JSON document the backslash is itself escaped: the string then reads ``\\xNN``.
+    """
+    if not _SURROGATE.search(text):
+        return text
+    slash = "\\\\" if json_doc else "\\"
+    return _SURROGATE.sub(lambda m: slash + _escape_char(m.group())[1:], text)
+
+
+_GH_LINE_COMMAND = re.compile(r"^(\s*)::", re.MULTILINE)
+_GH_V1_COMMAND = re.compile(r"##\[")
+_GH_NEUTRAL = {"md": ("\\:", "\\#"), "html": ("&#58;", "&#35;"), "junit": ("&#58;", "&#35;"),
+               "json": ("\\u003a", "\\u0023"), "jsonl": ("\\u003a", "\\u0023"), "sarif": ("\\u003a", "\\u0023")}
+
+
+def gh_stdout(text: str, fmt: str) -> str:
+    """A document printed where GitHub Actions reads workflow commands (``--github``, ``GITHUB_ACTIONS``).
+
+    No line may start with ``::`` (after blanks) nor hold ``##[`` unless autopsy wrote it as
+    a command: the colon or hash is written in the format's own escape (Markdown ``\\:``,
+    HTML/XML ``&#58;``), which renders the same; JSON/SARIF never start a line with run text.
+    """
+    colon, hashmark = _GH_NEUTRAL.get(fmt, ("\\:", "\\#"))
+    text = _GH_LINE_COMMAND.sub(lambda m: m.group(1) + colon + ":", text)
+    return _GH_V1_COMMAND.sub(hashmark + "#[", text)

@@ -27,7 +27,8 @@ _LEVEL = {Severity.CRITICAL: "error", Severity.ERROR: "error", Severity.WARNING:
 
 
 def _uri(path: str) -> str:
-    return quote(posixpath.normpath(path.replace("\\", "/")), safe="/._-~")
+    # undecodable bytes of a file name (surrogate escapes) are percent-encoded as the bytes they were
+    return quote(posixpath.normpath(path.replace("\\", "/")), safe="/._-~", errors="surrogateescape")
 
 
 def _root_uri(run_path: str) -> str:
