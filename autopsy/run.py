@@ -10,6 +10,7 @@ first use, never by ``import autopsy``.
 from __future__ import annotations
 
 import html
+import math
 import os
 import time
 from dataclasses import dataclass, replace
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from autopsy.discover import Discovery, WalkLimits, discover
 from autopsy.model import Artifact, ArtifactKind, ParseStatus
+from autopsy.parsers.numbers import bounded_int
 from autopsy.parsers.types import (
     Checkpoint,
     ChildFailure,
@@ -415,7 +417,8 @@ class Run:
             return self.trainer_state.max_steps
         entry = self.config_value("max_steps")
         if entry is not None and isinstance(entry.value, (int, float)) and entry.value > 0:
-            return int(entry.value)
+            # .inf or beyond int64 is no plan (the config parser already reads them as unset)
+            return bounded_int(math.floor(entry.value)) if math.isfinite(entry.value) else None
         seen = [s.max_steps_seen for s in self.logs if s.max_steps_seen]
         return max(seen) if seen else None
 

@@ -32,10 +32,12 @@ from pathlib import Path
 
 from autopsy.model import Artifact, ArtifactKind, ParseStatus
 from autopsy.parsers.checkpoint_formats import check_hdf5, check_keras_archive
+from autopsy.parsers.numbers import OUT_OF_RANGE, bounded_int
 from autopsy.parsers.safetensors_header import check_safetensors
 from autopsy.parsers.types import Checkpoint, FileCheck
 from autopsy.parsers.zipcheck import check_torch_file
 
+MAX_RANKS = 1 << 20  # a rank number above this in a file name is not a rank
 _HF_DIR = re.compile(r"^checkpoint[-_](?P<step>\d+)$")
 _NANOCHAT = re.compile(r"^(?P<part>model|meta|optim)_(?P<step>\d+)(?:_rank(?P<rank>\d+))?\.(?:pt|json)$")
 # step_1000.pt, global_step500.pt, iter_0003000.pt, epoch=3-step=1200.ckpt, ckpt-2000.pt, model_1000.safetensors
@@ -187,7 +189,10 @@ def _hf_checkpoint(root: Path, directory: str, arts: list[Artifact], now: float,
             missing = [m for m in missing if m != "optimizer.pt"]
             extra.append(f"`latest` names {ds_tag}/ but that directory is missing: the DeepSpeed engine "
                          "state (optimizer and model states) was never written")
-    step = int(_HF_DIR.match(directory.rsplit("/", 1)[-1]).group("step"))  # type: ignore[union-attr]
+    digits = _HF_DIR.match(directory.rsplit("/", 1)[-1]).group("step")  # type: ignore[union-attr]
+    step = bounded_int(digits)
+    if step is None:
+        extra.append(f"step number {digits[:30]}... is {OUT_OF_RANGE} (over 2^63-1)")
     return _make(directory, "hf", step, arts, files, missing, now, window, extra)
 
 
@@ -217,7 +222,9 @@ def _optim_ranks(arts: list[Artifact]) -> set[int]:
     for a in arts:
         m = _NANOCHAT.match(_split(a.path)[1])
         if m and m.group("part") == "optim":
-            ranks.add(int(m.group("rank") or 0))
+            rank = bounded_int(m.group("rank") or 0)
+            if rank is not None and rank < MAX_RANKS:  # optim_1_rank99999999999.pt names no real rank
+                ranks.add(rank)
     return ranks
 
 
@@ -237,7 +244,9 @@ def _nanochat_checkpoint(root: Path, folder: str, digits: str, arts: list[Artifa
                    if r not in have)
     files = [_check_file(root, a) for a in arts]
     path = _join(folder, f"model_{digits}")
-    return _make(path, "nanochat", int(digits), arts, files, missing, now, window)
+    step = bounded_int(digits)
+    extra = [] if step is not None else [f"step number {digits[:30]}... is {OUT_OF_RANGE} (over 2^63-1)"]
+    return _make(path, "nanochat", step, arts, files, missing, now, window, extra)
 
 
 def _make(path: str, layout: str, step: int | None, arts: list[Artifact], files: list[FileCheck],
@@ -364,10 +373,10 @@ def _step_from_name(name: str) -> int | None:
     base = name.rsplit("/", 1)[-1]
     m = _NAMED_STEP.search(base)
     if m:
-        return int(m.group("step"))
+        return bounded_int(m.group("step"))
     m = _TRAILING_NUM.search(base)
     if m and "rank" not in base.lower() and "of" not in base.lower().split("-"):
-        return int(m.group("step"))
+        return bounded_int(m.group("step"))
     return None
 
 

@@ -15,6 +15,7 @@ are followed with a cap on expanded nodes so an alias bomb cannot blow up memory
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections import defaultdict, deque
@@ -23,12 +24,17 @@ from typing import Any
 
 from autopsy.model import ArtifactKind, ParseStatus
 from autopsy.parsers.config_aliases import canonical_key
-from autopsy.parsers.launch_script import parse_launch_script, parse_value
+from autopsy.parsers.launch_script import MAX_SCRIPT_CHARS, parse_launch_script, parse_value
+from autopsy.parsers.numbers import OUT_OF_RANGE, config_number
 from autopsy.parsers.types import ConfigEntry, Parsed
 
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
 MAX_TOKENIZER_BYTES = 256 * 1024 * 1024
 MAX_ENTRIES = 20_000  # leaves kept per file; also the cap on YAML alias expansion
+# The YAML composer keeps lines but is pure Python: an 11 MB manifest of 800,000 keys took
+# minutes. A configuration has hundreds of values; a file this large is data.
+MAX_YAML_BYTES = 2**20
+MAX_YAML_NODES = 20_000
 _SKIP_SUBTREES = frozenset({"added_tokens_decoder", "id2label", "label2id"})  # big and never a setting
 _HUGE_MAX_LENGTH = 10**18  # tokenizer_config's "no limit" (int(1e30))
 _JSON_KEY = re.compile(r'"((?:[^"\\\n]|\\.)*)"\s*:')
@@ -50,9 +56,37 @@ def read_config(fs_path: Path, rel_path: str, kind: ArtifactKind, detail: str | 
         return Parsed([], ParseStatus.UNREADABLE, f"cannot read: {exc.strerror or exc}")
     if len(data) > cap:
         return Parsed([], ParseStatus.SKIPPED, f"larger than {cap} bytes; not parsed")
-    text = data.decode("utf-8", "replace")
+    return _bounded(_read_text(data.decode("utf-8", "replace"), fs_path, rel_path, kind, detail, name,
+                               is_tokenizer_json))
+
+
+def _bounded(parsed: Parsed) -> Parsed:
+    """Numbers out of range (beyond int64, +-inf, NaN) become None, named in the parse note."""
+    if not isinstance(parsed.value, list):
+        return parsed
+    bad: list[str] = []
+    out: list[ConfigEntry] = []
+    for e in parsed.value:
+        value, refused = config_number(e.value)
+        if refused:
+            bad.append(e.raw_key)
+            e = dataclasses.replace(e, value=value)
+        out.append(e)
+    if not bad:
+        return parsed
+    note = (f"{len(bad)} value{'s' if len(bad) != 1 else ''} {OUT_OF_RANGE} (read as unset): "
+            + ", ".join(k[:60] for k in bad[:5]) + (" ..." if len(bad) > 5 else ""))
+    return Parsed(out, parsed.status, "; ".join(n for n in (parsed.note, note) if n))
+
+
+def _read_text(text: str, fs_path: Path, rel_path: str, kind: ArtifactKind, detail: str | None, name: str,
+               is_tokenizer_json: bool) -> Parsed:
     if kind is ArtifactKind.LAUNCH_SCRIPT:
-        return Parsed(parse_launch_script(text, rel_path))
+        entries = parse_launch_script(text, rel_path)
+        if len(text) > MAX_SCRIPT_CHARS:
+            return Parsed(entries, ParseStatus.TRUNCATED, f"read only the first {MAX_SCRIPT_CHARS:,} characters "
+                                                          f"of {len(text):,} (a launch script is a few KB)")
+        return Parsed(entries)
     if detail == "mlflow_param":
         from autopsy.parsers.tracker_stores import read_mlflow_param
 
@@ -183,15 +217,38 @@ def _tokenizer_json(text: str, rel_path: str) -> Parsed:
 # ---------------------------------------------------------------------------- YAML
 
 
+class _TooManyNodes(Exception):
+    pass
+
+
+def _counting_loader() -> Any:
+    """A SafeLoader whose composer stops after :data:`MAX_YAML_NODES` nodes (pure Python: ~30 us a node)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        nodes = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            self.nodes += 1
+            if self.nodes > MAX_YAML_NODES:
+                raise _TooManyNodes
+            return super().compose_node(parent, index)
+
+    return Loader
+
+
 def _yaml(text: str, rel_path: str, source: str, _salvage: bool = False) -> Parsed:
     import yaml
 
+    if len(text) > MAX_YAML_BYTES:
+        return Parsed([], ParseStatus.SKIPPED, f"{len(text):,} characters of YAML (over {MAX_YAML_BYTES // 2**20} MB): "
+                                               "a data file, not a configuration; not parsed")
     out: list[ConfigEntry] = []
     status, note = ParseStatus.OK, None
     budget = [MAX_ENTRIES * 5]  # nodes visited, aliases expanded: bounds an alias bomb
     constructor = yaml.constructor.SafeConstructor()
     try:
-        for doc in yaml.compose_all(text, Loader=yaml.SafeLoader):
+        for doc in yaml.compose_all(text, Loader=_counting_loader()):
             if doc is not None:
                 _walk_yaml(doc, "", out, rel_path, source, budget, constructor, 0)
     except _TooMany:
@@ -213,6 +270,9 @@ def _yaml(text: str, rel_path: str, source: str, _salvage: bool = False) -> Pars
         note = f"invalid YAML{where}: {problem}"[:200]
     except RecursionError:
         status, note = ParseStatus.TRUNCATED, "nested too deeply; kept what was read"
+    except _TooManyNodes:
+        return Parsed([], ParseStatus.SKIPPED, f"more than {MAX_YAML_NODES:,} YAML nodes: a data file, not a "
+                                               "configuration; not parsed")
     return Parsed(out, status, note)
 
 
@@ -300,7 +360,7 @@ def _toml(text: str, rel_path: str, source: str) -> Parsed:
         return Parsed([], ParseStatus.SKIPPED, "TOML needs Python 3.11 (tomllib)")
     try:
         obj = tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, RecursionError) as exc:
+    except (tomllib.TOMLDecodeError, RecursionError, ValueError) as exc:  # ValueError: a 5,000-digit integer
         return Parsed([], ParseStatus.UNREADABLE, f"not valid TOML: {str(exc)[:160]}")
     lines: dict[str, deque[int]] = defaultdict(deque)
     for no, line in enumerate(text.splitlines(), 1):

@@ -26,6 +26,13 @@ _ENV = re.compile(r"^(?:export\s+)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*
 _SBATCH = re.compile(r"^#SBATCH\s+(?P<flag>--?[A-Za-z][\w-]*)(?:[=\s]+(?P<value>\S.*?))?\s*(?:#.*)?$")
 _NUMBER = re.compile(r"^[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)$")
 _MAX_LINES = 20_000
+# Bounds on a pathological script (one 16 MB line, millions of continuations, runs of
+# unbalanced quotes): shlex is pure Python, so only short lines go through it.
+MAX_SCRIPT_CHARS = 64 * 1024  # a launch script is a few KB; the rest of a larger file is not read
+_MAX_COMMANDS = 256  # launcher commands read from one script
+_MAX_SHLEX_CHARS = 4096  # a longer line is split on blanks (no quote handling)
+_MAX_SEGMENTS = 512  # continuation lines joined into one command
+_MAX_TOKENS = 4096  # words of one command
 
 
 def parse_value(text: str) -> Any:
@@ -53,9 +60,9 @@ def parse_launch_script(text: str, rel_path: str) -> list[ConfigEntry]:
     entries: list[ConfigEntry] = []
     env_unbuffered = False
     commands: list[tuple[int, list[tuple[str, int]], str]] = []  # (first line, tokens+lines, text)
-    for first, segments in _logical_lines(text.splitlines()[:_MAX_LINES]):
+    for first, segments in _logical_lines(text[:MAX_SCRIPT_CHARS].splitlines()[:_MAX_LINES]):
         stripped = segments[0][1].strip()
-        m = _SBATCH.match(stripped)
+        m = _SBATCH.match(stripped) if len(stripped) <= _MAX_SHLEX_CHARS else None
         if m:
             flag = m.group("flag").lstrip("-").replace("-", "_")
             value = m.group("value") or ""
@@ -82,7 +89,7 @@ def parse_launch_script(text: str, rel_path: str) -> list[ConfigEntry]:
             i += 1
         rest = tokens[i:]
         start = _launcher_index(rest)
-        if start is not None:
+        if start is not None and len(commands) < _MAX_COMMANDS:
             commands.append((first, rest, " ".join(t for t, _ in rest)))
             entries.extend(_flags(rest, start, rel_path))
     for n, (first, toks, line_text) in enumerate(commands):
@@ -107,7 +114,7 @@ def _logical_lines(lines: list[str]) -> list[tuple[int, list[tuple[int, str]]]]:
         body = line.rstrip()
         cont = body.endswith("\\") and not body.endswith("\\\\")
         current.append((no, body[:-1] if cont else body))
-        if not cont:
+        if not cont or len(current) >= _MAX_SEGMENTS:
             out.append((current[0][0], current))
             current = []
     if current:
@@ -118,11 +125,16 @@ def _logical_lines(lines: list[str]) -> list[tuple[int, list[tuple[int, str]]]]:
 def _tokens(segments: list[tuple[int, str]]) -> list[tuple[str, int]]:
     toks: list[tuple[str, int]] = []
     for no, seg in segments:
-        try:
-            words = shlex.split(seg, comments=True)
-        except ValueError:  # a quote spanning lines or unbalanced: plain split is good enough
+        if len(seg) > _MAX_SHLEX_CHARS:
             words = seg.split("#", 1)[0].split()
-        toks.extend((w, no) for w in words)
+        else:
+            try:
+                words = shlex.split(seg, comments=True)
+            except ValueError:  # a quote spanning lines or unbalanced: plain split is good enough
+                words = seg.split("#", 1)[0].split()
+        toks.extend((w, no) for w in words[:_MAX_TOKENS - len(toks)])
+        if len(toks) >= _MAX_TOKENS:
+            break
     # stop at shell control operators: "cmd > log 2>&1 &" keeps only cmd's words
     for k, (w, _) in enumerate(toks):
         if w in ("|", "||", "&&", ";", "&") or w.startswith((">", "2>", "1>", "&>")):

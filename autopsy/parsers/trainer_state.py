@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast, overload
 
 from autopsy.model import ParseStatus
+from autopsy.parsers.numbers import INT_MAX, bounded_float, bounded_int
 from autopsy.parsers.ts_columns import scan_history
 from autopsy.parsers.types import Parsed, TrainerState
 
@@ -244,31 +245,11 @@ def _build(obj: dict[str, Any], rel_path: str, lazy: LazyHistory | None = None) 
 
 
 def _int(v: Any) -> int | None:
-    if isinstance(v, bool) or v is None:
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and math.isfinite(v) and v == int(v):
-        return int(v)
-    if isinstance(v, str):
-        try:
-            return int(float(v)) if math.isfinite(float(v)) else None
-        except ValueError:
-            return None
-    return None
+    return bounded_int(v)
 
 
 def _float(v: Any) -> float | None:
-    if isinstance(v, bool) or v is None:
-        return None
-    if isinstance(v, (int, float)):
-        return float(v)
-    if isinstance(v, str):
-        try:
-            return float(v)
-        except ValueError:
-            return None
-    return None
+    return bounded_float(v, allow_nonfinite=False)
 
 
 def history_columns(log_history: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -307,17 +288,23 @@ def history_columns(log_history: Sequence[Any]) -> tuple[np.ndarray, np.ndarray,
             entries = [hist[i] for i in idx.tolist()]
         step_col = np.empty(len(entries), dtype=object)
         get_step = operator.itemgetter("step") if "step" in keys else operator.methodcaller("get", "step")
-        step_col[:] = list(map(get_step, entries))
+        step_col[:] = [s if type(s) is not int or -INT_MAX <= s <= INT_MAX else None  # out of range: no step
+                       for s in map(get_step, entries)]
         for key in keys:
             if key == "step":
                 continue
             col = list(map(operator.itemgetter(key), entries))
+            vals = None
             if set(map(type, col)) <= _NUMBER_TYPES:
-                vals = np.fromiter(col, dtype=np.float64, count=len(col))
-                kept = idx
-                kept_steps = step_col
-            else:
-                sel = [j for j, v in enumerate(col) if isinstance(v, (int, float)) and not isinstance(v, bool)]
+                try:
+                    vals = np.fromiter(col, dtype=np.float64, count=len(col))
+                    kept = idx
+                    kept_steps = step_col
+                except OverflowError:  # an int too large for a float: out of range, left out below
+                    vals = None
+            if vals is None:
+                sel = [j for j, v in enumerate(col) if isinstance(v, (int, float)) and not isinstance(v, bool)
+                       and bounded_float(v) is not None]
                 vals = np.array([float(col[j]) for j in sel], dtype=np.float64)
                 kept = idx[sel]
                 kept_steps = step_col[sel]

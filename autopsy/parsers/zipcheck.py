@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 import zipfile
 
 from autopsy.parsers.types import FileCheck
@@ -24,6 +25,49 @@ JUNK = "neither a zip archive nor a pickle"
 # ".bin" is also raw data (nanoGPT's train.bin, llama.cpp files): only these names are torch files
 _TORCH_BIN = re.compile(r"^(?:pytorch_model|adapter_model|optimizer|scheduler|training_args|model[-_.]"
                         r"|mp_rank_|zero_pp_rank_|bf16_zero_pp_rank_)")
+
+
+MAX_CENTRAL_DIRECTORY = 64 * 2**20  # a torch archive's directory is KBs; zipfile would read what is claimed
+MAX_MEMBERS = 1_000_000
+_EOCD = struct.Struct("<4s4H2LH")
+_ZIP64_LOCATOR = struct.Struct("<4sLQL")
+_ZIP64_EOCD = struct.Struct("<4sQ2H2L4Q")
+
+
+def central_directory_claim(fd: int, size: int) -> str | None:
+    """Why the end records' claim about the central directory cannot be true (None: plausible).
+
+    ``zipfile`` reads as many bytes as the end record (or its zip64 form) says the directory
+    has: a 6 GB claim in a sparse file is 6 GB of memory. The claim is checked first, from at
+    most the last 64 KB of the file: it must fit in the file, below a size no real
+    checkpoint's directory comes near.
+    """
+    tail_len = min(size, 65536 + _EOCD.size)
+    tail = os.pread(fd, tail_len, size - tail_len)
+    at = tail.rfind(b"PK\x05\x06")
+    if at < 0 or len(tail) - at < _EOCD.size:
+        return None  # zipfile reports a missing end record itself
+    _sig, _d, _dcd, _n_disk, n_total, cd_size, cd_offset, clen = _EOCD.unpack_from(tail, at)
+    if at + _EOCD.size + clen != len(tail):
+        return None  # not the record that ends the file: zipfile decides
+    if 0xFFFF in (n_total,) or 0xFFFFFFFF in (cd_size, cd_offset):
+        loc_at = at - _ZIP64_LOCATOR.size
+        if loc_at >= 0 and tail[loc_at:loc_at + 4] == b"PK\x06\x07":
+            _s, _disk, eocd64_offset, _disks = _ZIP64_LOCATOR.unpack_from(tail, loc_at)
+            if eocd64_offset + _ZIP64_EOCD.size > size:
+                return f"zip64 end record claimed at byte {eocd64_offset:,}, past the end of the file ({size:,} bytes)"
+            rec = os.pread(fd, _ZIP64_EOCD.size, eocd64_offset)
+            if len(rec) == _ZIP64_EOCD.size and rec[:4] == b"PK\x06\x06":
+                (_s, _rs, _v, _vn, _disk, _dcd, _nd, n_total, cd_size, cd_offset) = _ZIP64_EOCD.unpack(rec)
+    if cd_size > MAX_CENTRAL_DIRECTORY:
+        return (f"zip end record claims a {cd_size:,}-byte central directory (over "
+                f"{MAX_CENTRAL_DIRECTORY // 2**20} MB): damaged or forged; not read")
+    if cd_offset + cd_size > size:
+        return (f"zip end record claims a central directory at {cd_offset:,}+{cd_size:,} bytes, "
+                f"past the end of the file ({size:,} bytes): the file was cut short")
+    if n_total > MAX_MEMBERS:
+        return f"zip end record claims {n_total:,} members (over {MAX_MEMBERS:,}): damaged or forged; not read"
+    return None
 
 
 def check_torch_file(path: str, fs_path: str, fd: int, size: int) -> FileCheck:
@@ -56,6 +100,9 @@ def check_torch_file(path: str, fs_path: str, fd: int, size: int) -> FileCheck:
         # the artifact list reports it as such (Run maps problem text to a status).
         return FileCheck(path, size, "other", False,
                          f"unreadable as a torch file: {JUNK} (starts with {head.hex(' ')})")
+    claim = central_directory_claim(fd, size)
+    if claim is not None:
+        return FileCheck(path, size, "zip", False, claim)
     try:
         with open(fs_path, "rb") as fh, zipfile.ZipFile(fh) as zf:
             infos = zf.infolist()
