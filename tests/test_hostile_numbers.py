@@ -52,7 +52,8 @@ def test_a_hostile_safetensors_header_is_damage_not_a_hang(info: dict[str, objec
 
 def test_too_many_tensors_are_refused_before_any_arithmetic(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(st, "MAX_TENSORS", 1000)
-    tensors = {f"t{i}": {"dtype": "U8", "shape": [1], "data_offsets": [i, i + 1]} for i in range(1002)}  # (one key may be __metadata__)
+    # one key more than the cap plus __metadata__
+    tensors = {f"t{i}": {"dtype": "U8", "shape": [1], "data_offsets": [i, i + 1]} for i in range(1002)}
     res = st.check_header_bytes("m.safetensors", 10**6, _header(tensors))
     assert not res.ok and "more than 1,000" in (res.problem or "")
 
