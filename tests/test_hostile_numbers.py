@@ -224,3 +224,37 @@ def test_a_large_yaml_manifest_is_data_not_configuration(tmp_path: Path) -> None
     dense.write_text("".join(f"k{i}: {i}\n" for i in range(25_000)))  # under 1 MB, over the node cap
     res = read_config(dense, "dense.yaml", ArtifactKind.CONFIG, None)
     assert res.status is ParseStatus.SKIPPED and "YAML nodes" in (res.note or "")
+
+
+# ------------------------------------------------------------------ inputs swapped after the walk
+
+
+def _swap(path: Path, to: str, secret: Path) -> None:
+    path.unlink()
+    if to == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(secret)
+
+
+@pytest.mark.parametrize("to", ["fifo", "symlink"])
+def test_a_file_swapped_after_the_walk_is_not_waited_on_nor_followed(tmp_path: Path, to: str) -> None:
+    """Issue 14: a regular file at walk time becomes a FIFO (the open blocked forever) or a link
+    to a secret outside the run (the open followed it) while autopsy reads another file."""
+    from autopsy.parsers.logs import compile_patterns, scan_log
+    from autopsy.parsers.trainer_state import read_trainer_state
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text('{"global_step": 7, "password": "hunter2"}\nmax_steps: 3\n')
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("config.yaml", "trainer_state.json", "train.log", "run.sh"):
+        (run / name).write_text("x: 1\n")
+        _swap(run / name, to, secret)
+    for name, kind in (("config.yaml", ArtifactKind.CONFIG), ("run.sh", ArtifactKind.LAUNCH_SCRIPT)):
+        res = read_config(run / name, name, kind, None)
+        assert res.status is ParseStatus.UNREADABLE and not res.value, (name, res)
+    ts = read_trainer_state(run / "trainer_state.json", "trainer_state.json")
+    assert ts.status is ParseStatus.UNREADABLE and ts.value is None
+    scan = scan_log(run / "train.log", "train.log", compile_patterns([]), max_bytes=1 << 20, rank=None)
+    assert scan.status is ParseStatus.UNREADABLE and scan.bytes_read == 0

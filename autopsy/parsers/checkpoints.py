@@ -33,6 +33,7 @@ from pathlib import Path
 from autopsy.model import Artifact, ArtifactKind, ParseStatus
 from autopsy.parsers.checkpoint_formats import check_hdf5, check_keras_archive
 from autopsy.parsers.numbers import OUT_OF_RANGE, bounded_int
+from autopsy.parsers.safe_open import open_regular, read_regular
 from autopsy.parsers.safetensors_header import check_safetensors
 from autopsy.parsers.types import Checkpoint, FileCheck
 from autopsy.parsers.zipcheck import check_torch_file
@@ -199,8 +200,7 @@ def _hf_checkpoint(root: Path, directory: str, arts: list[Artifact], now: float,
 def _deepspeed_latest(path: Path) -> str | None:
     """The tag DeepSpeed's ``latest`` file names (``global_step240``), read as a few bytes of text."""
     try:
-        with open(path, "rb") as fh:
-            text = fh.read(256).decode("utf-8", "replace").strip()
+        text = read_regular(path, 256).decode("utf-8", "replace").strip()
     except OSError:
         return None
     return text if re.fullmatch(r"[\w.\-]{1,128}", text) else None
@@ -281,7 +281,7 @@ def _check_file(root: Path, art: Artifact) -> FileCheck:
     fs_path = root / art.path
     name = art.path.rsplit("/", 1)[-1].lower()
     try:
-        fd = os.open(fs_path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+        fd = open_regular(fs_path)
     except OSError as exc:
         return FileCheck(art.path, art.size, "other", False, f"cannot open: {exc.strerror or exc}")
     try:
@@ -346,9 +346,7 @@ def _check_index(path: str, fs_path: Path, size: int) -> FileCheck:
 def _index_shards(fs_path: Path) -> list[str]:
     """Shard file names a ``*.index.json`` names in its weight_map ([] when unreadable)."""
     try:
-        with open(fs_path, "rb") as fh:
-            data = fh.read(_INDEX_MAX_BYTES + 1)
-        obj = json.loads(data)
+        obj = json.loads(read_regular(fs_path, _INDEX_MAX_BYTES + 1))
     except (OSError, ValueError, RecursionError):
         return []
     wmap = obj.get("weight_map") if isinstance(obj, dict) else None

@@ -26,6 +26,7 @@ from autopsy.model import ArtifactKind, ParseStatus
 from autopsy.parsers.config_aliases import canonical_key
 from autopsy.parsers.launch_script import MAX_SCRIPT_CHARS, parse_launch_script, parse_value
 from autopsy.parsers.numbers import OUT_OF_RANGE, config_number
+from autopsy.parsers.safe_open import read_regular
 from autopsy.parsers.types import ConfigEntry, Parsed
 
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
@@ -50,8 +51,7 @@ def read_config(fs_path: Path, rel_path: str, kind: ArtifactKind, detail: str | 
     is_tokenizer_json = name == "tokenizer.json"
     cap = MAX_TOKENIZER_BYTES if is_tokenizer_json else MAX_CONFIG_BYTES
     try:
-        with open(fs_path, "rb") as fh:
-            data = fh.read(cap + 1)
+        data = read_regular(fs_path, cap + 1)
     except OSError as exc:
         return Parsed([], ParseStatus.UNREADABLE, f"cannot read: {exc.strerror or exc}")
     if len(data) > cap:

@@ -68,7 +68,8 @@ def scan_log(fs_path: Path, rel_path: str, compiled: CompiledPatterns, *, max_by
 def _scan(fs_path: Path, rel_path: str, compiled: CompiledPatterns, max_bytes: int, scan: LogScan) -> LogScan:
     rank = scan.rank
     try:
-        fd = os.open(fs_path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(fs_path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         scan.status = ParseStatus.UNREADABLE
         scan.note = f"cannot open: {exc.strerror or exc}"

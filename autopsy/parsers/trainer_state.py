@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, cast, overload
 
 from autopsy.model import ParseStatus
 from autopsy.parsers.numbers import INT_MAX, bounded_float, bounded_int
+from autopsy.parsers.safe_open import open_regular
 from autopsy.parsers.ts_columns import scan_history
 from autopsy.parsers.types import Parsed, TrainerState
 
@@ -43,7 +44,7 @@ _TOP_FIELD = re.compile(rb'^  "(?P<key>[^"\\]+)": (?P<val>-?[0-9][0-9.eE+-]*|nul
 def read_trainer_state(fs_path: Path, rel_path: str) -> Parsed:
     """Parse one trainer_state.json; never raises on damage (status + note instead)."""
     try:
-        with open(fs_path, "rb") as fh:
+        with os.fdopen(open_regular(fs_path), "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
             # readall() sizes its buffer from fstat; read(1 GiB) allocates and copies far more
             data = fh.read() if 0 < size <= MAX_BYTES else fh.read(MAX_BYTES + 1)

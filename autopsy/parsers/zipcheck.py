@@ -104,7 +104,8 @@ def check_torch_file(path: str, fs_path: str, fd: int, size: int) -> FileCheck:
     if claim is not None:
         return FileCheck(path, size, "zip", False, claim)
     try:
-        with open(fs_path, "rb") as fh, zipfile.ZipFile(fh) as zf:
+        # read from the descriptor the caller checked, not by reopening the path
+        with os.fdopen(os.dup(fd), "rb") as fh, zipfile.ZipFile(fh) as zf:
             infos = zf.infolist()
             cd_start = getattr(zf, "start_dir", size)
     except zipfile.BadZipFile as exc:
