@@ -174,4 +174,4 @@ def gh_stdout(text: str, fmt: str) -> str:
     """
     colon, hashmark = _GH_NEUTRAL.get(fmt, ("\\:", "\\#"))
     text = _GH_LINE_COMMAND.sub(lambda m: m.group(1) + colon + ":", text)
-    return _GH_V1_COMMAND.sub(hashmark + "#[", text)
+    return _GH_V1_COMMAND.sub(lambda _m: hashmark + "#[", text)
