@@ -111,8 +111,8 @@ def _known(key: tuple[str, str | None], known: set[tuple[str, str | None]]) -> b
         if run is None or krun is None or krun == run:
             return True
         name_time = run.rsplit("/", 1)[-1]
-        if "/" not in krun and krun == name_time:
-            return True
+        if ("/" not in krun or "/" not in run) and krun.rsplit("/", 1)[-1] == name_time:
+            return True  # one side names no parent (typed as a bare name, or an older autopsy)
         if "@" not in krun and name_time.split("@", 1)[0] == krun:
             return True
     return False

@@ -240,12 +240,13 @@ def run_identity(report: Report) -> str:
     """
     raw = report.run.path.rstrip("/\\") or report.run.path
     parts = PurePath(raw).parts
-    if not parts or parts[-1] in ("", ".", "..") or len(parts) < 2:
+    if not parts or parts[-1] in ("", ".", ".."):
         try:
             parts = Path(raw or ".").resolve().parts
         except OSError:
             pass
-    # the directory and its parent: exp1/output and exp2/output are two runs
+    # the directory and its parent as given (exp1/output and exp2/output are two runs); a bare
+    # name stays bare (resolving it would make the identity depend on the cwd)
     names = [_UNSAFE_NAME.sub("_", p).strip("_") for p in parts[-2:] if p not in ("/", "\\")]
     name = "/".join(n for n in names if n) or "run"
     run = report.run
