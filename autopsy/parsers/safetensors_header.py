@@ -131,12 +131,14 @@ def _tensor_problem(name: str, info: Any) -> str | None:
     if width is not None and dtype not in ("F4", "F6_E2M3", "F6_E3M2"):  # sub-byte types pack
         # overflow-safe: stop as soon as the product passes what the offsets give (<= 2^63)
         n = width
-        for d in shape:
+        cut = False
+        for k, d in enumerate(shape):
             n *= d
-            if n > end - begin and 0 not in shape:
+            if n > end - begin and 0 not in shape and k < len(shape) - 1:
+                cut = True
                 break
         if n != end - begin:
-            more = " or more" if n > end - begin and 0 not in shape else ""
+            more = " or more" if cut else ""
             return f"tensor {name}: {dtype}{_short(shape)} needs {n:,}{more} bytes, offsets give {end - begin:,}"
     return None
 
