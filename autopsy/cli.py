@@ -38,6 +38,7 @@ from autopsy.cli_output import (
     say,
     verbose_option,
 )
+from autopsy.cli_diff import diff
 from autopsy.cli_report import report
 from autopsy.cli_rules import load_catalog, rules
 from autopsy.cli_support import (
@@ -105,10 +106,12 @@ def main() -> None:
       autopsy analyze runs/* --format jsonl -o reports.jsonl
       autopsy analyze runs/exp42 --format md --append ISSUES.md
       autopsy rules explain disk.full
+      autopsy diff runs/yesterday runs/today
     """
 
 
 # the other commands live in their own modules; click lists commands by name, whatever the order here
+main.add_command(diff)
 main.add_command(report)
 main.add_command(rules)
 
