@@ -5,6 +5,7 @@ Public API::
     import autopsy
     report = autopsy.analyze("runs/exp42")      # -> Report
     run = autopsy.load_run("runs/exp42")        # -> Run (DataFrames: scalars, checkpoints, ...)
+    d = autopsy.diff("runs/ok", "runs/broken")  # -> RunDiff (ranked differences, DataFrames)
 
 ``import autopsy`` stays light: no pandas, click, tensorboard or torch until needed; the model
 classes below are imported on first use too.
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from autopsy.api import analyze, analyze_many
+    from autopsy.compare import RunDiff, diff
     from autopsy.model import Confidence, Evidence, Finding, Outcome, Report, RunSummary, Severity
     from autopsy.run import Run, load_run
 
@@ -29,11 +31,13 @@ __all__ = [
     "Outcome",
     "Report",
     "Run",
+    "RunDiff",
     "RunSummary",
     "Severity",
     "__version__",
     "analyze",
     "analyze_many",
+    "diff",
     "load_run",
 ]
 
@@ -54,6 +58,10 @@ def __getattr__(name: str) -> Any:
         from autopsy import api
 
         return getattr(api, name)
+    if name in ("diff", "RunDiff"):
+        from autopsy import compare
+
+        return getattr(compare, name)
     if name in ("load_run", "Run"):
         from autopsy import run
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import click
 
 from autopsy import __version__
+from autopsy.cli_diff import diff
 from autopsy.cli_output import (
     EXIT_CODES_HELP,
     EXIT_INTERNAL,
@@ -38,7 +39,6 @@ from autopsy.cli_output import (
     say,
     verbose_option,
 )
-from autopsy.cli_diff import diff
 from autopsy.cli_report import report
 from autopsy.cli_rules import load_catalog, rules
 from autopsy.cli_support import (

@@ -55,7 +55,7 @@ def diff(runs: tuple[str, ...], against: str | None, fmt: str, output: str | Non
     missing = [p for p in (*goods, bad) if not os.path.isdir(p)]
     if missing:
         die("; ".join(f"{p}: not a directory" for p in missing))
-    from autopsy.diff import diff as run_diff
+    from autopsy.compare import diff as run_diff
     from autopsy.run import RunError
 
     try:

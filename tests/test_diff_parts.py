@@ -7,16 +7,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autopsy.diff import templates as tpl
-from autopsy.diff.config_diff import compare_config, expected_to_vary, key_table
-from autopsy.diff.environment import BANNERS, facts_from_env_file, facts_from_line, facts_from_wandb_metadata
-from autopsy.diff.metrics import compare_metric
-from autopsy.diff.related import related
+from autopsy.compare import templates as tpl
+from autopsy.compare.config_diff import compare_config, expected_to_vary, key_table
+from autopsy.compare.environment import BANNERS, facts_from_env_file, facts_from_line, facts_from_wandb_metadata
+from autopsy.compare.metrics import compare_metric
+from autopsy.compare.related import related
 
 
 @pytest.mark.parametrize(("a", "b"), [
     ("step  120/200 | loss 2.3411 | lr 3.000e-03 | 12.5 ms", "step   45/200 | loss 7.1 | lr 1.0e-04 | 9.1 ms"),
-    ("2024-05-01 12:00:01,123 INFO saved /runs/a/ckpt/step_10.pt", "2024-06-11 08:10:59,001 INFO saved /x/b/c/step_99.pt"),
+    ("2024-05-01 12:00:01,123 INFO saved /runs/a/ckpt/step_10.pt",
+     "2024-06-11 08:10:59,001 INFO saved /x/b/c/step_99.pt"),
     (" 40%|████      | 80/200 [00:10<00:15, 7.9it/s]", " 95%|█████████▌| 190/200 [00:24<00:01, 7.7it/s]"),
     ("object at 0x7f3a2c1b9d60 freed", "object at 0x55d0aa10 freed"),
 ])

@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from autopsy.diff.model import Difference, RunDiff
+from autopsy.compare.model import Difference, RunDiff
 
 if TYPE_CHECKING:
     from autopsy.engine.loader import Catalog
@@ -32,8 +32,8 @@ def diff(good: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], bad: s
 
     Raises :class:`autopsy.run.RunError` when a directory cannot be read.
     """
-    from autopsy.diff import rank as r
-    from autopsy.diff.collect import collect
+    from autopsy.compare import rank as r
+    from autopsy.compare.collect import collect
     from autopsy.engine.loader import load_catalog
 
     goods_in = [good] if isinstance(good, str | os.PathLike) else list(good)

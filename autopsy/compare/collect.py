@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autopsy.diff.config_diff import KeyValues, key_table
-from autopsy.diff.environment import (
+from autopsy.compare.config_diff import KeyValues, key_table
+from autopsy.compare.environment import (
     MAX_ENV_FILE_BYTES,
     EnvFact,
     facts_from_env_file,
@@ -23,8 +23,8 @@ from autopsy.diff.environment import (
     facts_from_wandb_metadata,
     is_env_file,
 )
-from autopsy.diff.metrics import METRICS
-from autopsy.diff.templates import TemplateStats, open_regular, template_file
+from autopsy.compare.metrics import METRICS
+from autopsy.compare.templates import TemplateStats, open_regular, template_file
 from autopsy.model import ArtifactKind
 
 if TYPE_CHECKING:
@@ -103,6 +103,10 @@ def _series(run: Run) -> dict[str, tuple[np.ndarray, np.ndarray, str]]:
     return out
 
 
+def _config_table(run: Run) -> dict[tuple[str, str], KeyValues]:
+    return key_table({str(k): v for k, v in row.items()} for row in run.config.to_dict("records"))
+
+
 def _traceback_spans(run: Run) -> list[tuple[str, int, int]]:
     spans = []
     for tb in run.all_tracebacks:
@@ -163,6 +167,6 @@ def collect(run_dir: str | os.PathLike[str], *, catalog: Catalog | None = None,
                      else facts_from_env_file(text, art.path))
             for fact in facts:
                 add(fact)
-    return RunFacts(path=str(run_dir), report=report, config=key_table(run.config.to_dict("records")), env=env,
+    return RunFacts(path=str(run_dir), report=report, config=_config_table(run), env=env,
                     templates=templates, series=_series(run), checkpoints=_checkpoint_facts(run), files=files,
                     tracebacks=_traceback_spans(run), notes=notes)

@@ -2,7 +2,7 @@
 
 Data only (frozen dataclasses and row lists); the parts become pandas DataFrames on access,
 so a notebook gets ``d.config``, ``d.environment``, ``d.templates``, ``d.metrics`` as frames
-while ``import autopsy.diff`` stays light. Rendering lives in ``autopsy.report.diff_*``.
+while ``import autopsy.compare`` stays light. Rendering lives in ``autopsy.report.diff_*``.
 """
 
 from __future__ import annotations

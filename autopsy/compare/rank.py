@@ -14,12 +14,12 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from autopsy.diff.collect import RunFacts
-from autopsy.diff.config_diff import ConfigChange, compare_config
-from autopsy.diff.metrics import METRICS, Divergence, compare_metric
-from autopsy.diff.model import Difference
-from autopsy.diff.related import ENVIRONMENT_FAMILIES, METRIC_FAMILIES, related
-from autopsy.diff.templates import is_progress
+from autopsy.compare.collect import RunFacts
+from autopsy.compare.config_diff import ConfigChange, compare_config
+from autopsy.compare.metrics import METRICS, Divergence, compare_metric
+from autopsy.compare.model import Difference
+from autopsy.compare.related import ENVIRONMENT_FAMILIES, METRIC_FAMILIES, related
+from autopsy.compare.templates import is_progress
 from autopsy.model import Finding
 
 BASE = {"config": 0.45, "environment": 0.35, "template_before": 0.4, "template_at": 0.12, "template_gone": 0.08,
@@ -224,12 +224,14 @@ def _num(v: float | None) -> str:
 
 def checkpoint_differences(goods: Sequence[RunFacts], bad: RunFacts) -> tuple[list[Difference], list[dict[str, Any]]]:
     family = _family(bad.primary)
-    diffs, rows = [], []
+    diffs: list[Difference] = []
+    rows: list[dict[str, Any]] = []
     b = bad.checkpoints
     for fact, tolerance in (("count", 0.0), ("cadence_steps", 0.0), ("median_bytes", 0.1), ("save_total_limit", 0.0)):
         gv = [g.checkpoints.get(fact) for g in goods]
         bv = b.get(fact)
-        rows.append({"fact": fact, "good": ", ".join(str(v) for v in dict.fromkeys(gv)), "bad": str(bv), "score": None})
+        rows.append({"fact": fact, "good": ", ".join(str(v) for v in dict.fromkeys(gv)), "bad": str(bv),
+                     "score": None})
         known = [v for v in gv if isinstance(v, int | float)]
         if not isinstance(bv, int | float) or not known:
             continue

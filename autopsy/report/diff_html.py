@@ -1,4 +1,4 @@
-"""HTML rendering of a :class:`~autopsy.diff.RunDiff`: one self-contained file.
+"""HTML rendering of a :class:`~autopsy.compare.RunDiff`: one self-contained file.
 
 Both runs are drawn on the same charts (the good runs in the palette's calm colours, the bad
 run last), the divergence step marked, with the ranked differences as a table above. Charts
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from autopsy.diff.model import RunDiff
+from autopsy.compare.model import RunDiff
 from autopsy.report.chart_svg import layout
 from autopsy.report.charts import Chart, Marker, make_line
 from autopsy.report.diff_text import KIND_TITLES, _headline, _verdict, _where

@@ -1,4 +1,4 @@
-"""JSON rendering of a :class:`~autopsy.diff.RunDiff` (schema documented in docs/json-schema.md)."""
+"""JSON rendering of a :class:`~autopsy.compare.RunDiff` (schema documented in docs/json-schema.md)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import math
 from typing import Any
 
-from autopsy.diff.model import RunDiff
+from autopsy.compare.model import RunDiff
 
 DIFF_SCHEMA_VERSION = 1
 
@@ -29,7 +29,7 @@ def diff_to_dict(rd: RunDiff) -> dict[str, Any]:
 
     return _clean({
         "schema_version": DIFF_SCHEMA_VERSION,
-        "kind": "autopsy.diff",
+        "kind": "autopsy.compare",
         "goods": list(rd.goods),
         "bad": rd.bad,
         "agree": rd.agree,

@@ -1,4 +1,4 @@
-"""Terminal and markdown renderings of a :class:`~autopsy.diff.RunDiff`.
+"""Terminal and markdown renderings of a :class:`~autopsy.compare.RunDiff`.
 
 Every string that comes from a run (values, templates, paths) passes the report sanitizers:
 ``strip_terminal`` for the terminal, ``md_text`` / ``md_code`` for markdown. The markdown is a
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from autopsy.diff.model import Difference, RunDiff
+from autopsy.compare.model import Difference, RunDiff
 from autopsy.report.sanitize import md_code, md_text, strip_terminal, truncate
 
 TOP = 5  # differences shown as the ranked explanation
