@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-PAIRS = Path(__file__).resolve().parent.parent / "fixtures" / "pairs"
+REPO = Path(__file__).resolve().parent.parent
+PAIRS = REPO / "fixtures" / "pairs"
 EXPECTED: dict[str, dict[str, Any]] = yaml.safe_load((PAIRS / "expected.yaml").read_text(encoding="utf-8"))
 _CACHE: dict[str, Any] = {}
 
@@ -78,7 +79,7 @@ def test_every_format_renders_through_the_cli(fmt: str, tmp_path: Path) -> None:
     shutil.copytree(PAIRS / "lr_10x" / "bad", bad)
     before = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
     out = tmp_path / f"out.{fmt}"
-    proc = _cli(str(good), str(bad), "--format", fmt, "-o", str(out), cwd=Path(__file__).resolve().parent.parent)
+    proc = _cli(str(good), str(bad), "--format", fmt, "-o", str(out), cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     text = out.read_text(encoding="utf-8")
     assert "optim.lr" in text
@@ -94,13 +95,13 @@ def test_every_format_renders_through_the_cli(fmt: str, tmp_path: Path) -> None:
 def test_against_takes_several_good_runs(tmp_path: Path) -> None:
     pair = PAIRS / "seeds"
     proc = _cli(str(pair / "good"), str(pair / "bad"), "--against", str(PAIRS / "lr_10x" / "bad"),
-                "--fail-if-different", cwd=tmp_path)
+                "--fail-if-different", cwd=REPO)
     assert proc.returncode == 1, proc.stderr
     assert "optim.lr" in proc.stdout and "(good)" in proc.stdout
 
 
 def test_missing_run_is_exit_2(tmp_path: Path) -> None:
-    proc = _cli(str(tmp_path / "nope"), str(PAIRS / "seeds" / "bad"), cwd=tmp_path)
+    proc = _cli(str(tmp_path / "nope"), str(PAIRS / "seeds" / "bad"), cwd=REPO)
     assert proc.returncode == 2 and "not a directory" in proc.stderr
-    proc = _cli(str(PAIRS / "seeds" / "bad"), cwd=tmp_path)
+    proc = _cli(str(PAIRS / "seeds" / "bad"), cwd=REPO)
     assert proc.returncode == 2

@@ -55,7 +55,7 @@ def build_context(rd: RunDiff) -> dict[str, Any]:
     for kind, title in KIND_TITLES.items():
         items = [d for d in rd.differences if d.kind == kind]
         if items:
-            sections.append({"title": title, "items": [{"score": f"{d.score:.2f}", "headline": _headline(d),
+            sections.append({"title": title, "rows": [{"score": f"{d.score:.2f}", "headline": _headline(d),
                                                         "why": d.why, "where": _where(d)} for d in items[:50]],
                              "more": max(0, len(items) - 50)})
     plots = []
@@ -64,7 +64,7 @@ def build_context(rd: RunDiff) -> dict[str, Any]:
             plots.append(layout(chart))
         except Exception as exc:  # one chart must never hide the diff
             sections.append({"title": f"Chart {chart.id} could not be drawn",
-                             "items": [{"score": "", "headline": f"{type(exc).__name__}: {exc}", "why": "",
+                             "rows": [{"score": "", "headline": f"{type(exc).__name__}: {exc}", "why": "",
                                         "where": ""}], "more": 0})
     return {
         "goods": list(rd.goods), "bad": rd.bad, "verdict": _verdict(rd), "agree": rd.agree,
