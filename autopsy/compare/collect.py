@@ -158,7 +158,7 @@ def collect(run_dir: str | os.PathLike[str], *, catalog: Catalog | None = None,
             continue
         files[art.path] = (art.kind.value, art.size)
         name = art.path.rsplit("/", 1)[-1]
-        if name == "wandb-metadata.json" or (art.kind != ArtifactKind.LOG and is_env_file(art.path)):
+        if name == "wandb-metadata.json" or is_env_file(art.path):  # a freeze file may be classified as a log
             text = _read_small(run.fs_path(art.path))
             if text is None:
                 notes.append(f"{art.path}: could not be read")
