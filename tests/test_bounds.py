@@ -1,9 +1,11 @@
-"""Bounded time and memory on hostile shapes, scaled down (full sizes: bench/bench_hostile.py).
+"""Bounded work and memory on hostile shapes, scaled down (full sizes: bench/bench_hostile.py).
 
 Each test keeps the *shape* of the real problem (one endless line, a directory of many
 files, a FIFO, a length field of 2^60, a sparse terabyte) at a size the suite can afford,
 and asserts the bound that makes the full size safe: memory independent of the line
-length, nothing blocks, nothing is allocated from a length field read off the disk.
+length, nothing blocks, nothing is allocated from a length field read off the disk, bytes
+read from a file bounded by what it holds (never by a length field). No assertion is on
+wall-clock time (a loaded CI box makes those flaky); how fast it is is shown in bench/.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from builders import bytes_read_while
 from conftest import REPO, RUNS
 
 import autopsy
@@ -116,7 +119,7 @@ def test_peak_rss_of_a_long_line_in_a_fresh_process(tmp_path: Path) -> None:
         "s = scan_log(Path(sys.argv[1]), 'x.log', c, max_bytes=1 << 40, rank=None)\n"
         "print(s.bytes_read, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(log)], capture_output=True, text=True, timeout=60,
+    out = subprocess.run([sys.executable, "-c", code, str(log)], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "PYTHONPATH": str(REPO)}, check=True).stdout.split()
     read, grown_kb = int(out[0]), int(out[1])
     assert read == 64 * MB
@@ -135,12 +138,13 @@ def test_a_directory_of_20000_small_files(tmp_path: Path) -> None:
         d.mkdir(parents=True)
         for j in range(200):
             (d / f"sample_{j:04d}.npy").write_bytes(b"\x93NUMPY\x01\x00v\x00")
-    t0 = time.perf_counter()
-    report = autopsy.analyze(run)
-    elapsed = time.perf_counter() - t0
+    autopsy.analyze(RUNS / "nan_loss")  # lazy imports read their modules once, before the count
+    report, read = bytes_read_while(lambda: autopsy.analyze(run))
     assert len(report.artifacts) >= 20_000
     assert "loss.nonfinite" in {f.rule for f in report.findings}
-    assert elapsed < 30, f"{elapsed:.1f}s for 20,000 files"
+    # each data file is at most sniffed (10 bytes here): the run's own artifacts plus a small constant
+    own = sum(p.stat().st_size for p in (RUNS / "nan_loss").rglob("*") if p.is_file())
+    assert read < 3 * own + 20_000 * 64, f"{read:,} bytes read for a {own:,}-byte run and 20,000 tiny files"
 
 
 def test_max_files_stops_the_walk_and_says_so(tmp_path: Path) -> None:
@@ -163,9 +167,7 @@ def test_symlink_loops_terminate(tmp_path: Path) -> None:
     (run / "me.log").symlink_to("me.log")
     (run / "train.log").write_text("step 1 | loss 2.0\n")
     (run / "latest.log").symlink_to("train.log")
-    t0 = time.perf_counter()
     report = autopsy.analyze(run)
-    assert time.perf_counter() - t0 < 10
     arts = {a.path: a for a in report.artifacts}
     for loop in ("x.log", "y.log", "me.log"):
         assert arts[loop].status is ParseStatus.UNREADABLE and arts[loop].note
@@ -175,7 +177,7 @@ def test_symlink_loops_terminate(tmp_path: Path) -> None:
     assert not any(p.startswith("a/b/up/a/") for p in arts)  # never walked twice
 
 
-def _cli_in_subprocess(run: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def _cli_in_subprocess(run: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "autopsy", "analyze", str(run), "--no-color"],
                           capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -204,8 +206,10 @@ def test_device_files_are_never_read(tmp_path: Path) -> None:
         os.mknod(run / "train.log", 0o644 | stat.S_IFCHR, os.makedev(1, 5))  # a /dev/zero of its own
     except (PermissionError, OSError):
         pytest.skip("cannot create a device node here (needs root)")
-    proc = _cli_in_subprocess(run, timeout=30)
-    assert proc.returncode == 0, proc.stderr
+    proc = _cli_in_subprocess(run)  # would never end if the device were read
+    # nothing in the run can be read: exit 2, as README's exit codes say, with the report saying why
+    assert proc.returncode == 2, proc.stderr
+    assert "could not be checked" in proc.stdout and "device" in proc.stdout, proc.stdout
     report = autopsy.analyze(run)
     arts = {a.path: a for a in report.artifacts}
     assert arts["train.log"].status is ParseStatus.UNREADABLE and "device" in (arts["train.log"].note or "")
@@ -249,9 +253,7 @@ def test_a_log_growing_while_it_is_read(tmp_path: Path) -> None:
     th = threading.Thread(target=writer)
     th.start()
     try:
-        t0 = time.perf_counter()
         scan = _scan(log)
-        elapsed = time.perf_counter() - t0
     finally:
         stop.set()
         th.join()
@@ -259,7 +261,6 @@ def test_a_log_growing_while_it_is_read(tmp_path: Path) -> None:
     assert scan.status is ParseStatus.OK, scan.note
     assert start_size <= scan.size == scan.bytes_read < log.stat().st_size
     assert abs(scan.n_lines - scan.size // len(line)) <= 1
-    assert elapsed < 30
 
 
 def test_a_log_truncated_while_it_is_read(tmp_path: Path) -> None:
@@ -299,9 +300,8 @@ def test_sparse_terabyte_safetensors_with_a_plausible_header(tmp_path: Path) -> 
         fh.write(struct.pack("<Q", len(header)) + header)
         fh.truncate(10**12)
     _old(path)
-    t0 = time.perf_counter()
-    report = autopsy.analyze(path.parent)
-    assert time.perf_counter() - t0 < 10
+    report, read = bytes_read_while(lambda: autopsy.analyze(path.parent))
+    assert read < 64 * MB, f"{read:,} bytes read of a sparse terabyte"  # the header, not the tensors
     art = next(a for a in report.artifacts if a.path == "model.safetensors")
     assert art.status is ParseStatus.TRUNCATED and "missing" in (art.note or "")
 
@@ -330,9 +330,8 @@ def test_event_file_with_a_2_pow_60_length_in_a_sparse_file(tmp_path: Path) -> N
     with open(path, "wb") as fh:
         fh.write(_record(b"\x09" + b"\x00" * 8, length=2**39))
         fh.truncate(2**40)
-    t0 = time.perf_counter()
-    parsed, peak = _peak_while(lambda: read_scalars(path, max_bytes=1 << 50))
-    assert time.perf_counter() - t0 < 5
+    (parsed, peak), read = bytes_read_while(lambda: _peak_while(lambda: read_scalars(path, max_bytes=1 << 50)))
+    assert read < 64 * MB, f"{read:,} bytes read of a sparse terabyte"  # skipped by seeking
     assert peak < 40 * MB
     assert parsed.status in (ParseStatus.OK, ParseStatus.TRUNCATED)  # type: ignore[union-attr]
 

@@ -23,6 +23,7 @@ import pytest
 from builders import write_tfevents
 
 from autopsy.parsers.logs import compile_patterns, scan_log
+from autopsy.parsers.numbers import INT_MAX
 from autopsy.parsers.tensorboard import read_scalars
 from autopsy.parsers.trainer_state import history_columns, read_trainer_state
 from autopsy.run_frames import _log_series_frame
@@ -68,6 +69,8 @@ def _plain_history(log_history: list[Any]) -> list[tuple[Any, ...]]:
         if not isinstance(entry, dict):
             continue
         step = entry.get("step")
+        if type(step) in (int, float) and not -INT_MAX <= step <= INT_MAX:
+            step = None  # a step beyond int64 (10**20, 1e20) or NaN is no step
         for tag, value in entry.items():
             if tag == "step" or isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue

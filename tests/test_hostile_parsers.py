@@ -383,24 +383,17 @@ def _yaml_bomb(levels: int, width: int = 9) -> bytes:
 
 
 def test_yaml_billion_laughs_is_bounded(scratch: Path) -> None:
-    import time
-
-    t0 = time.perf_counter()
-    parsed = _config(_write(scratch, "bomb/train.yaml", _yaml_bomb(10)), "train.yaml")  # 9**10 leaves
-    assert time.perf_counter() - t0 < 5.0
+    # 9**10 leaves: unbounded expansion would never return; the node budget stops it
+    parsed = _config(_write(scratch, "bomb/train.yaml", _yaml_bomb(10)), "train.yaml")
     assert parsed.status is ParseStatus.TRUNCATED and parsed.note
     assert len(parsed.value) <= 20_000
 
 
 def test_yaml_merge_key_bomb_is_bounded(scratch: Path) -> None:
-    import time
-
     lines = ["b0: &b0 {k0: 1, k1: 2}"]
     for i in range(1, 25):
         lines.append(f"b{i}: &b{i} {{<<: [*b{i - 1}, *b{i - 1}], n{i}: {i}}}")
-    t0 = time.perf_counter()
-    parsed = _config(_write(scratch, "bomb/merge.yaml", "\n".join(lines).encode()), "merge.yaml")
-    assert time.perf_counter() - t0 < 5.0
+    parsed = _config(_write(scratch, "bomb/merge.yaml", "\n".join(lines).encode()), "merge.yaml")  # 2**24 keys
     assert len(parsed.value) <= 20_000
 
 

@@ -92,3 +92,20 @@ def test_a_user_pattern_that_backtracks_on_every_line_spends_the_budget_not_the_
     assert scan.note is not None and "regex budget" in scan.note, scan.note
     assert scan.status.value == "truncated"
     assert scan.bytes_read == log.stat().st_size  # the text was still read (series, tracebacks)
+
+
+def test_only_user_card_patterns_are_timed_out(tmp_path: Path) -> None:
+    """Built-in patterns (checked above) are searched without a timeout or budget, so a loaded
+    machine cannot change their hits; a user card's pattern, even one overriding a built-in
+    card, is unchecked and keeps both."""
+    from autopsy.engine.loader import builtin_rules_dir
+
+    assert all(not spec.guarded for spec in _CATALOG.patterns())
+    base = builtin_rules_dir()
+    assert base is not None
+    (tmp_path / "crash").mkdir()
+    (tmp_path / "crash" / "exception.yaml").write_text((base / "crash" / "exception.yaml").read_text())
+    catalog = load_catalog((tmp_path,))
+    assert catalog.overridden == ("crash.exception",)
+    guarded = {spec.key.split("/")[0] for spec in catalog.patterns() if spec.guarded}
+    assert guarded == {"crash.exception"}

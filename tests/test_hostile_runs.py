@@ -218,13 +218,17 @@ def test_package_never_evaluates_unpickles_or_loads_unsafe_yaml() -> None:
 
 def _safe_yaml_call(code: str, path: str) -> bool:
     """``yaml.load(text, Loader=X)`` where X is a safe loader, directly or by a module-level name."""
-    m = re.search(r"yaml\.load(?:_all)?\s*\(.*Loader\s*=\s*([\w.]+)", code)
+    m = re.search(r"yaml\.(?:load|compose)(?:_all)?\s*\(.*Loader\s*=\s*([\w.]+)(\(\))?", code)
     if not m:
         return False
     name = m.group(1)
     if name.endswith(("SafeLoader", "CSafeLoader")):
         return True
     src = (REPO / path).read_text()
+    if m.group(2):  # Loader=factory(): the factory's body must subclass SafeLoader and name no other loader
+        body = re.search(rf"^def {re.escape(name)}\(.*?(?=^\S)", src, re.M | re.S)
+        text = body.group(0) if body else ""
+        return "(yaml.SafeLoader)" in text and not re.search(r"\b(?:Full|Unsafe|yaml\.)Loader\b", text)
     d = re.search(rf"^{re.escape(name)}\s*=\s*(.+)$", src, re.M)
     unsafe = re.search(r"\b(Full|Unsafe)?Loader\b(?<!SafeLoader)", d.group(1)) if d else None
     return bool(d) and "SafeLoader" in d.group(1) and not unsafe  # type: ignore[union-attr]
@@ -233,7 +237,8 @@ def _safe_yaml_call(code: str, path: str) -> bool:
 def _is_docstring_mention(code: str) -> bool:
     # prose such as "autopsy never calls torch.load" inside a docstring or string literal
     stripped = code.strip()
-    return stripped.startswith(("\"", "'", "``")) or bool(re.match(r"^[A-Za-z ,;:()`'\"-]+$", stripped))
+    return (stripped.startswith(("\"", "'", "``")) or bool(re.match(r"^[rRbBuUfF]{1,2}[\"']", stripped))
+            or bool(re.match(r"^[A-Za-z ,;:()`'\"-]+$", stripped)))
 
 
 def test_yaml_is_only_composed_with_the_safe_loader() -> None:

@@ -167,7 +167,9 @@ def setup_stall_finding(ctx: CheckContext, hits: list[Hit]) -> Finding:
     at = f"after step {last}" if last is not None else "before its first step"
     # Only a log whose real mtime is long past says it stayed there; otherwise it may be a cut paste or a
     # run still in that stage (analysed right now): low confidence, and said so.
-    mtime = next((ctx.run.clock.mtime(a) for a in ctx.run.discovery.artifacts if a.path == lead.path), None)
+    # (a copied run's mtimes, or identical ones, are the copy's time and say nothing about the run)
+    mtime = next((ctx.run.clock.mtime(a) for a in ctx.run.discovery.artifacts if a.path == lead.path),
+                 None) if ctx.run.clock.mtimes_trusted else None
     idle = ctx.run.now - mtime if mtime is not None else None
     long_idle = idle is not None and idle > float(ctx.param("min_stall_seconds"))
     if idle is not None:

@@ -66,7 +66,8 @@ class Catalog:
 
 def pattern_specs(cards: Iterable[Card]) -> list[PatternSpec]:
     return [
-        PatternSpec(key=p.key(card.id), regex=p.regex, literals=p.literals, ignore_case=p.ignore_case)
+        PatternSpec(key=p.key(card.id), regex=p.regex, literals=p.literals, ignore_case=p.ignore_case,
+                    guarded=not card.builtin)
         for card in cards
         for p in card.patterns
     ]
@@ -119,7 +120,7 @@ def load_catalog(rules_dirs: Sequence[str | os.PathLike[str]] = (), *, builtin: 
 @functools.lru_cache(maxsize=4)
 def _load_builtin(base: str) -> tuple[dict[str, Card], tuple[CardError, ...]]:
     cards, errors = load_dir(Path(base), display_root=Path(base).parent)
-    return cards, tuple(errors)
+    return {cid: replace(card, builtin=True) for cid, card in cards.items()}, tuple(errors)
 
 
 def load_dir(directory: Path, *, display_root: Path | None = None) -> tuple[dict[str, Card], list[CardError]]:

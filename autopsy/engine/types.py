@@ -74,6 +74,7 @@ class Card:
     samples_match: tuple[str, ...] = ()
     samples_no_match: tuple[str, ...] = ()
     source: str = ""  # the YAML file it came from
+    builtin: bool = False  # shipped with autopsy (its patterns are checked linear by the test suite)
 
     @property
     def family(self) -> str:

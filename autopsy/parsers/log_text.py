@@ -65,8 +65,12 @@ def clean(raw: bytes, label_mode: int = LABEL_NONE) -> tuple[str, int | None]:
         if m:
             rank = int(m.group(1))
             text = text[m.end():]
-    if text[:2] == "**" and text.rstrip().endswith("**") and len(text.strip()) > 4:
-        text = text.strip()[2:-2]  # a line pasted in markdown bold ("**Killed**") is the line itself
+    if text[:2] == "**" and text[2:3] != "*" and len(text.strip()) > 4:
+        stripped = text.strip()
+        if stripped.endswith("**") and stripped[-3] != "*":
+            # a line pasted in markdown bold ("**Killed**") is the line itself; HF's
+            # "***** eval metrics *****" banner is not bold and keeps its stars
+            text = stripped[2:-2]
     if text[:1] in ("[", "s"):
         for _ in range(3):
             m = _PREFIX.match(text)

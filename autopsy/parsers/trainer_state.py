@@ -289,7 +289,8 @@ def history_columns(log_history: Sequence[Any]) -> tuple[np.ndarray, np.ndarray,
             entries = [hist[i] for i in idx.tolist()]
         step_col = np.empty(len(entries), dtype=object)
         get_step = operator.itemgetter("step") if "step" in keys else operator.methodcaller("get", "step")
-        step_col[:] = [s if type(s) is not int or -INT_MAX <= s <= INT_MAX else None  # out of range: no step
+        # a step beyond int64 (10**20, or 1e20 as a JSON reader may give it) or NaN is no step
+        step_col[:] = [s if type(s) not in _NUMBER_TYPES or -INT_MAX <= s <= INT_MAX else None
                        for s in map(get_step, entries)]
         for key in keys:
             if key == "step":

@@ -30,6 +30,10 @@ class PatternSpec:
     regex: str
     literals: tuple[str, ...] = ()
     ignore_case: bool = False
+    # False for the built-in cards, whose patterns tests/test_hostile_patterns.py proves free of
+    # catastrophic backtracking: searched with no timeout, so their hits never depend on how
+    # loaded the machine is. A user card's pattern is unchecked: per-search timeout and budget.
+    guarded: bool = True
 
 
 @dataclass(frozen=True)
