@@ -13,14 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autopsy.checks.loss_scale import ScalerPatterns, nan_stop, scale_collapse
 from autopsy.checks.series import (
     Series,
     as_float,
     cite,
     config_evidence,
     config_float,
-    fmt_value,
     head_tail_medians,
     load_series,
     points_for_steps,
@@ -37,110 +35,6 @@ if TYPE_CHECKING:
 
 VOCAB_KEYS = ("vocab_size", "n_vocab", "padded_vocab_size", "num_tokens")
 CLASS_KEYS = ("num_labels", "num_classes", "n_classes")
-
-
-# ----------------------------------------------------------------------------- loss.nonfinite
-
-
-# The card's fp16 loss-scaler lines, by what each means (see autopsy.checks.loss_scale).
-SCALER_PATTERNS = ScalerPatterns(
-    per_skip=("apex_overflow", "deepspeed_overflow", "deepspeed_fp16_overflow", "deepspeed_overflow_detected",
-              "fairseq_overflow"),
-    interval=("megatron_iteration",),
-    running=("deepspeed_step_report",),
-    gave_up=("deepspeed_min_scale", "fairseq_min_scale"),
-    labels={"apex_overflow": "apex amp", "deepspeed_overflow": "DeepSpeed", "deepspeed_fp16_overflow": "DeepSpeed",
-            "deepspeed_overflow_detected": "DeepSpeed", "fairseq_overflow": "fairseq",
-            "megatron_iteration": "Megatron", "deepspeed_step_report": "DeepSpeed",
-            "deepspeed_min_scale": "DeepSpeed", "fairseq_min_scale": "fairseq"},
-)
-
-
-def nonfinite(ctx: CheckContext) -> Iterable[Finding]:
-    """The first NaN/Inf in the loss and in the grad norm, each reported on its own, and an fp16
-    loss scaler skipping (almost) every step (gradients non-finite at every step)."""
-    run = ctx.run
-    collapse = scale_collapse(ctx, SCALER_PATTERNS)
-    loss = load_series(run, "loss")
-    gnorm = load_series(run, "grad_norm")
-    stopped = nan_stop(ctx, ("tf_nan_loss", "keras_terminate_nan"))  # the framework stopped on a NaN loss
-    if loss is None and gnorm is None:
-        if collapse or stopped or any(ctx.hits.get(n) for n in SCALER_PATTERNS.labels):
-            return [*collapse, *stopped]  # the scaler's / the framework's lines were read: evaluated
-        raise NotEvaluated("no loss or grad_norm series found, and no fp16 loss-scaler lines")
-    n_before = int(ctx.param("values_before"))
-    max_transient = int(ctx.param("max_transient_points"))
-    max_transient_frac = float(ctx.param("max_transient_fraction"))
-    loss_ok = loss is None or bool(np.isfinite(loss.values).all())
-    out: list[Finding] = list(collapse)
-    for s in (loss, gnorm):
-        if s is None:
-            continue
-        bad = ~np.isfinite(s.values)
-        if not bad.any():
-            continue
-        first = int(np.argmax(bad))
-        n_bad = int(bad.sum())
-        tail_ok = bool(np.isfinite(s.values[-1]))
-        recovered = tail_ok and (n_bad <= max_transient or n_bad <= max_transient_frac * len(s))
-        # fp16/AMP: the scaler skips a step whose gradients overflowed and logs its grad norm as
-        # inf/nan; when the loss stays finite and training goes on, that is the scaler working.
-        # Real runs (TRL DPO logging every step) show scattered skips, 4 of 75 points, none longer
-        # than a couple of steps: short isolated runs are the scaler too, not only a few points.
-        if s.metric == "grad_norm" and loss_ok and tail_ok and not recovered:
-            recovered = (_longest_run(bad) <= max_transient
-                         and n_bad <= float(ctx.param("max_skip_fraction")) * len(s))
-        if s.metric == "grad_norm" and loss_ok and recovered:
-            continue
-        lo = max(0, first - n_before)
-        before = [[int(st), fmt_value(float(v))] for st, v in zip(s.steps[lo:first], s.values[lo:first], strict=False)]
-        step = int(s.steps[first])
-        value = fmt_value(float(s.values[first]))
-        facts: dict[str, object] = {
-            "metric": s.metric, "tag": s.tag, "source": s.source, "path": s.path,
-            "first_step": step, "first_value": value, "n_nonfinite": n_bad, "n_points": len(s),
-            "values_before": before, "recovered": recovered,
-        }
-        finite_idx = np.flatnonzero(~bad[:first])
-        if finite_idx.size:
-            facts["last_finite_step"] = int(s.steps[finite_idx[-1]])
-            facts["last_finite_value"] = rounded(float(s.values[finite_idx[-1]]))
-        scale = load_series(run, "loss_scale")
-        if scale is not None and len(scale.finite()):
-            facts["min_loss_scale"] = rounded(float(np.min(scale.finite().values)))
-        trend = ""
-        if len(before) >= 2 and all(isinstance(v, float) for _, v in before):
-            vals = [float(v) for _, v in before]
-            if vals[-1] > 3 * max(abs(vals[0]), 1e-12):
-                trend = f", after rising from {vals[0]:.4g} to {vals[-1]:.4g}"
-        if recovered:
-            severity = Severity.WARNING
-            tail = f"; {n_bad} non-finite point(s), then finite again (transient)"
-        else:
-            severity = Severity.ERROR
-            tail = (f"; {n_bad} of {len(s)} points are non-finite and the last one is too" if not tail_ok
-                    else f"; {n_bad} of {len(s)} points are non-finite")
-        msg = f"{s.metric} became {value} at step {step} ({s.where}){trend}{tail}."
-        ev = [s.evidence(step=int(s.steps[lo]), step_end=step,
-                         excerpt=", ".join(f"step {st}: {_num(v)}" for st, v in [*before, [step, value]]))]
-        out.append(ctx.finding(msg, key=f"loss.nonfinite:{s.metric}", facts=facts, evidence=ev,
-                               severity=severity, step=step, wall_time=_wall(s, first)))
-    out.extend(stopped)
-    return out
-
-
-def _longest_run(mask: np.ndarray) -> int:
-    """Length of the longest run of True values in ``mask``."""
-    best = cur = 0
-    for v in mask.tolist():
-        cur = cur + 1 if v else 0
-        best = max(best, cur)
-    return best
-
-
-def _wall(s: Series, idx: int) -> float | None:
-    w = float(s.wall_times[idx])
-    return w if math.isfinite(w) else None
 
 
 # ----------------------------------------------------------------------------- loss.spike

@@ -1,0 +1,214 @@
+"""loss.nonfinite: the first NaN/Inf of every loss-like series, fp16 scaler collapse.
+
+"Loss-like" is any series whose canonical metric is the loss or the evaluation loss, or whose
+tag names a loss (``val/cls_loss``, ``loss_box_reg``, ``lm loss``, ``eval_nll``): a NaN in a
+detection head's component loss or in the validation loss is as fatal as one in the total.
+The training loss and the gradient norm are reported on their own (their transient rules
+differ: fp16 scalers skip steps whose grad norm overflowed); every other loss-like series is
+reported per split (train components vs eval/val/test), the earliest first, the rest listed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+
+import numpy as np
+
+from autopsy.checks.loss_scale import ScalerPatterns, nan_stop, scale_collapse
+from autopsy.checks.series import Series, _frame_to_series, fmt_value, load_series, rounded
+from autopsy.engine.types import CheckContext, NotEvaluated
+from autopsy.metrics import EVAL_LOSS, LOSS, LOSS_SCALE
+from autopsy.model import Finding, Severity
+from autopsy.run import Run
+
+# The card's fp16 loss-scaler lines, by what each means (see autopsy.checks.loss_scale).
+SCALER_PATTERNS = ScalerPatterns(
+    per_skip=("apex_overflow", "deepspeed_overflow", "deepspeed_fp16_overflow", "deepspeed_overflow_detected",
+              "fairseq_overflow"),
+    interval=("megatron_iteration",),
+    running=("deepspeed_step_report",),
+    gave_up=("deepspeed_min_scale", "fairseq_min_scale"),
+    labels={"apex_overflow": "apex amp", "deepspeed_overflow": "DeepSpeed", "deepspeed_fp16_overflow": "DeepSpeed",
+            "deepspeed_overflow_detected": "DeepSpeed", "fairseq_overflow": "fairseq",
+            "megatron_iteration": "Megatron", "deepspeed_step_report": "DeepSpeed",
+            "deepspeed_min_scale": "DeepSpeed", "fairseq_min_scale": "fairseq"},
+)
+
+# A tag naming a loss: "loss" or "nll" as a word of it (not "loss_scale", "lossless", "closs_rate").
+_LOSS_WORD = re.compile(r"(?:^|[^a-z])(?:loss|losses|nll)(?:$|[^a-z])")
+_NOT_LOSS = re.compile(r"scale|scaler|weight|coef|ratio|factor|count|num_|_num|skipped")
+
+
+def is_loss_like(tag: str, metric: object) -> bool:
+    """True for a series that is a loss: canonical ``loss``/``eval_loss`` or a tag naming one."""
+    if metric in (LOSS, EVAL_LOSS):
+        return True
+    if isinstance(metric, str) and metric:
+        return False  # canonical and not a loss (loss_scale, lr, grad_norm...)
+    t = tag.lower()
+    return bool(_LOSS_WORD.search(t)) and not _NOT_LOSS.search(t)
+
+
+def loss_like_series(run: Run, skip: Iterable[tuple[str, str]] = ()) -> list[Series]:
+    """Every loss-like series other than those in ``skip`` ((source, tag) pairs): one per source, tag, rank."""
+    df = run.scalars
+    if df.empty:
+        return []
+    tags = df[["tag", "metric"]].drop_duplicates()
+    like = {str(t) for t, m in zip(tags["tag"], tags["metric"], strict=False)
+            if is_loss_like(str(t), m if isinstance(m, str) else None)}
+    if not like:
+        return []
+    sel = df[df["tag"].astype(str).isin(like)]
+    done = set(skip)
+    out: list[Series] = []
+    for (source, tag), rows in sel.groupby([sel["source"].astype(str), sel["tag"].astype(str)], sort=True):
+        if (source, tag) in done:
+            continue
+        ranked = rows[rows["rank"].isna()] if rows["rank"].isna().any() else rows[rows["rank"] == rows["rank"].min()]
+        s = _frame_to_series(str(ranked["metric"].iloc[0]) if isinstance(ranked["metric"].iloc[0], str) else tag,
+                             ranked)
+        if s is not None:
+            out.append(s)
+    return out
+
+
+def _split(run: Run, s: Series) -> str:
+    df = run.scalars
+    got = df.loc[(df["tag"].astype(str) == s.tag) & (df["source"].astype(str) == s.source), "split"]
+    return str(got.iloc[0]) if len(got) else ""
+
+
+def nonfinite(ctx: CheckContext) -> Iterable[Finding]:
+    """The first NaN/Inf in the loss, in the grad norm and in every other loss-like series, a framework
+    stopping on a NaN loss (TF NanTensorHook, Keras TerminateOnNaN), and an fp16 loss scaler skipping
+    (almost) every step."""
+    run = ctx.run
+    collapse = scale_collapse(ctx, SCALER_PATTERNS)
+    loss = load_series(run, LOSS)
+    gnorm = load_series(run, "grad_norm")
+    stopped = nan_stop(ctx, ("tf_nan_loss", "keras_terminate_nan"))  # the framework stopped on a NaN loss
+    others = loss_like_series(run, skip=[(loss.source, loss.tag)] if loss is not None else [])
+    if loss is not None:  # the training loss of another source is a copy of the one judged above
+        others = [s for s in others if s.metric != LOSS or s.source == loss.source]
+    if loss is None and gnorm is None and not others:
+        if collapse or stopped or any(ctx.hits.get(n) for n in SCALER_PATTERNS.labels):
+            return [*collapse, *stopped]  # the scaler's / the framework's lines were read: evaluated
+        raise NotEvaluated(_missing(run))
+    loss_ok = loss is None or bool(np.isfinite(loss.values).all())
+    out: list[Finding] = list(collapse)
+    for s in (loss, gnorm):
+        if s is None:
+            continue
+        f = _judge(ctx, s, key=f"loss.nonfinite:{s.metric}", loss_ok=loss_ok)
+        if f is not None:
+            out.append(f)
+    # Other loss-like series: one finding per group (train-side components, evaluation splits).
+    groups: dict[str, list[tuple[Series, int]]] = {}
+    for s in others:
+        bad = ~np.isfinite(s.values)
+        if bad.any():
+            group = "eval" if _split(run, s) in ("eval", "val", "test") or s.metric == EVAL_LOSS else "components"
+            groups.setdefault(group, []).append((s, int(np.argmax(bad))))
+    for group, found in sorted(groups.items()):
+        found.sort(key=lambda sf: (int(sf[0].steps[sf[1]]), sf[0].tag))
+        f = _judge(ctx, found[0][0], key=f"loss.nonfinite:{group}", loss_ok=False,
+                   also=[s.tag for s, _ in found[1:]])
+        if f is not None:
+            out.append(f)
+    out.extend(stopped)
+    return out
+
+
+def _judge(ctx: CheckContext, s: Series, *, key: str, loss_ok: bool, also: list[str] | None = None) -> Finding | None:
+    bad = ~np.isfinite(s.values)
+    if not bad.any():
+        return None
+    n_before = int(ctx.param("values_before"))
+    max_transient = int(ctx.param("max_transient_points"))
+    first = int(np.argmax(bad))
+    n_bad = int(bad.sum())
+    tail_ok = bool(np.isfinite(s.values[-1]))
+    recovered = tail_ok and (n_bad <= max_transient or n_bad <= float(ctx.param("max_transient_fraction")) * len(s))
+    # fp16/AMP: the scaler skips a step whose gradients overflowed and logs its grad norm as
+    # inf/nan; when the loss stays finite and training goes on, that is the scaler working.
+    # Real runs (TRL DPO logging every step) show scattered skips, 4 of 75 points, none longer
+    # than a couple of steps: short isolated runs are the scaler too, not only a few points.
+    if s.metric == "grad_norm" and loss_ok and tail_ok and not recovered:
+        recovered = (_longest_run(bad) <= max_transient
+                     and n_bad <= float(ctx.param("max_skip_fraction")) * len(s))
+    if s.metric == "grad_norm" and loss_ok and recovered:
+        return None
+    lo = max(0, first - n_before)
+    before = [[int(st), fmt_value(float(v))] for st, v in zip(s.steps[lo:first], s.values[lo:first], strict=False)]
+    step = int(s.steps[first])
+    value = fmt_value(float(s.values[first]))
+    facts: dict[str, object] = {
+        "metric": s.metric, "tag": s.tag, "source": s.source, "path": s.path,
+        "first_step": step, "first_value": value, "n_nonfinite": n_bad,
+        "n_points": len(s), "values_before": before, "recovered": recovered,
+    }
+    named = s.metric if s.metric in (LOSS, "grad_norm") else s.tag
+    if named == s.tag:  # a series beyond the training loss and grad norm: say which split it measures
+        facts["split"] = _split(ctx.run, s)
+        if s.synthetic_steps:
+            facts["step_is_ordinal"] = True  # the source numbers no steps: the n-th logged point
+    if also:
+        facts["also_nonfinite"] = also[:20]
+    finite_idx = np.flatnonzero(~bad[:first])
+    if finite_idx.size:
+        facts["last_finite_step"] = int(s.steps[finite_idx[-1]])
+        facts["last_finite_value"] = rounded(float(s.values[finite_idx[-1]]))
+    scale = load_series(ctx.run, LOSS_SCALE)
+    if scale is not None and len(scale.finite()):
+        facts["min_loss_scale"] = rounded(float(np.min(scale.finite().values)))
+    trend = ""
+    if len(before) >= 2 and all(isinstance(v, float) for _, v in before):
+        vals = [float(v) for _, v in before]
+        if vals[-1] > 3 * max(abs(vals[0]), 1e-12):
+            trend = f", after rising from {vals[0]:.4g} to {vals[-1]:.4g}"
+    if recovered:
+        severity = Severity.WARNING
+        tail = f"; {n_bad} non-finite point(s), then finite again (transient)"
+    else:
+        severity = Severity.ERROR
+        tail = (f"; {n_bad} of {len(s)} points are non-finite and the last one is too" if not tail_ok
+                else f"; {n_bad} of {len(s)} points are non-finite")
+    where = f"logged point {step}" if s.synthetic_steps and named == s.tag else f"step {step}"
+    more = f"; also non-finite: {', '.join(also[:5])}" if also else ""
+    msg = f"{named} became {value} at {where} ({s.where}){trend}{tail}{more}."
+    ev = [s.evidence(step=int(s.steps[lo]), step_end=step,
+                     excerpt=", ".join(f"step {st}: {_num(v)}" for st, v in [*before, [step, value]]))]
+    return ctx.finding(msg, key=key, facts=facts, evidence=ev, severity=severity, step=step,
+                       wall_time=_wall(s, first))
+
+
+def _missing(run: Run) -> str:
+    """What was missing, exactly: no loss-like series, and which metric series were read instead."""
+    df = run.scalars
+    read = sorted({str(t) for t in df["tag"].unique()})[:8] if not df.empty else []
+    seen = f"; series read: {', '.join(read)}" if read else "; no metric series was read from any file"
+    return ("no loss or grad_norm series found (nor an eval/validation or component loss), and no fp16 "
+            f"loss-scaler lines{seen}")
+
+
+def _longest_run(mask: np.ndarray) -> int:
+    """Length of the longest run of True values in ``mask``."""
+    best = cur = 0
+    for v in mask.tolist():
+        cur = cur + 1 if v else 0
+        best = max(best, cur)
+    return best
+
+
+def _wall(s: Series, idx: int) -> float | None:
+    w = float(s.wall_times[idx])
+    return w if math.isfinite(w) else None
+
+
+def _num(v: object) -> str:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    return f"{v:.4g}"
