@@ -151,8 +151,10 @@ def _judge(ctx: CheckContext, s: Series, *, key: str, loss_ok: bool, also: list[
         "n_points": len(s), "values_before": before, "recovered": recovered,
     }
     named = s.metric if s.metric in (LOSS, "grad_norm") else s.tag
-    if named == s.tag:  # a series beyond the training loss and grad norm: say which split it measures
-        facts["split"] = _split(ctx.run, s)
+    if s.metric not in (LOSS, "grad_norm"):  # beyond the training loss and grad norm: say which split
+        split = _split(ctx.run, s) or ("eval" if s.metric == EVAL_LOSS else "")
+        if split:
+            facts["split"] = split
         if s.synthetic_steps:
             facts["step_is_ordinal"] = True  # the source numbers no steps: the n-th logged point
     if also:
