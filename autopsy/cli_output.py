@@ -270,7 +270,7 @@ def finish(reports: Sequence[Report], *, fmt: str, output: str | None, no_color:
 
 # ---------------------------------------------------------------------------- options
 
-format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
+format_option = click.option("-f", "--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
                               help="Output format. json: one object (an array for many runs); jsonl: one per line.")
 output_option = click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
                               help="Write the report to FILE instead of stdout.")
