@@ -6,6 +6,7 @@ Public API::
     report = autopsy.analyze("runs/exp42")      # -> Report
     run = autopsy.load_run("runs/exp42")        # -> Run (DataFrames: scalars, checkpoints, ...)
     d = autopsy.diff("runs/ok", "runs/broken")  # -> RunDiff (ranked differences, DataFrames)
+    autopsy.watch("runs/exp42", on_finding=print)  # follow a live run; warn before it dies
 
 ``import autopsy`` stays light: no pandas, click, tensorboard or torch until needed; the model
 classes below are imported on first use too.
@@ -39,6 +40,7 @@ __all__ = [
     "analyze_many",
     "diff",
     "load_run",
+    "watch",
 ]
 
 
@@ -62,6 +64,10 @@ def __getattr__(name: str) -> Any:
         from autopsy import compare
 
         return getattr(compare, name)
+    if name == "watch":  # the package autopsy.watch, callable as autopsy.watch(run_dir, on_finding=...)
+        import importlib
+
+        return importlib.import_module("autopsy.watch")
     if name in ("load_run", "Run"):
         from autopsy import run
 

@@ -62,13 +62,23 @@ def analyze_run(
     full-resolution series): they reuse the views parsed for the analysis instead of
     reading the run a second time.
     """
-    from autopsy import __version__
-
     catalog = catalog if catalog is not None else load_catalog(rules_dirs)
     cards = select_cards(catalog.cards.values(), select, ignore, aliases=catalog.aliases)
     opts = replace(options or LoadOptions(), patterns=catalog.patterns(cards))
     run = load_run(run_dir, opts)
+    return report_of(run, catalog, cards, display_path=os.fspath(run_dir), select=select, ignore=ignore), run
 
+
+def report_of(run: Run, catalog: Catalog, cards: Sequence[Any], *, display_path: str, select: Selector = None,
+              ignore: Selector = None) -> Report:
+    """The :class:`Report` of a loaded run: every card evaluated, precedence, summary, fix.
+
+    :func:`analyze_run` calls it on a fresh :class:`~autopsy.run.Run`; ``autopsy watch`` on the
+    run it followed (its logs already read, incrementally) when the watched command exits.
+    """
+    from autopsy import __version__
+
+    opts = run.options
     outcomes = run_cards(run, cards)
     outcomes.extend(_card_error_outcomes(catalog, {c.id for c in cards}, select, ignore))
     findings = [f for o in outcomes for f in o.findings]
@@ -85,7 +95,7 @@ def analyze_run(
     # Refused cards without a usable id, or whose id still loaded from another file (a
     # broken override), are problems; the rest become rule_error outcomes above.
     problems.extend(str(e) for e in catalog.errors if e.rule is None or e.rule in catalog.cards)
-    summary = summarize(run, primary, display_path=os.fspath(run_dir), problems=problems)
+    summary = summarize(run, primary, display_path=display_path, problems=problems)
     try:
         artifacts = tuple(run.artifact_list)
     except Exception as exc:
@@ -115,7 +125,7 @@ def analyze_run(
         report = replace(report, fix=build_fix(report, catalog=catalog))
     except Exception as exc:  # advice is wording on top of the diagnosis: a bug here must not lose it
         report = replace(report, problems=(*report.problems, f"fix: {type(exc).__name__}: {exc}"))
-    return report, run
+    return report
 
 
 def _card_error_outcomes(catalog: Catalog, selected: set[str], select: Selector, ignore: Selector) -> list[Outcome]:
