@@ -48,6 +48,7 @@ from autopsy.cli_support import (
     progress_mode,
     work_is_large,
 )
+from autopsy.cli_watch import watch
 
 if TYPE_CHECKING:
     from autopsy.model import Report
@@ -107,6 +108,7 @@ def main() -> None:
       autopsy analyze runs/exp42 --format md --append ISSUES.md
       autopsy rules explain disk.full
       autopsy diff runs/yesterday runs/today
+      autopsy watch runs/exp42 --log train.log -- python train.py
     """
 
 
@@ -114,6 +116,7 @@ def main() -> None:
 main.add_command(diff)
 main.add_command(report)
 main.add_command(rules)
+main.add_command(watch)
 
 
 @main.command(epilog=EXIT_CODES_HELP)

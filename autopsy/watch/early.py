@@ -109,16 +109,16 @@ def stall(w: Watcher, now: float) -> list[Finding]:
     if last is not None and _FINISHED.search(last[1]):
         return []
     step = w.progress.step
-    med = w.progress.median_step_seconds() or 0.0
-    msg = (f"No new step for {fmt_duration(idle)} after step {step} (the run's median is {med:.3g} s per step; "
-           f"warned past {fmt_duration(threshold)})")
+    med = w.progress.median_step_seconds()
+    pace = f"the run's median is {med:.3g} s per step" if med is not None else "its pace was not seen yet"
+    msg = f"No new step for {fmt_duration(idle)} after step {step} ({pace}; warned past {fmt_duration(threshold)})"
     ev: list[Evidence] = []
     if newest is not None:
         msg += f"; the last line of {newest.rel} is: {last[1][:200]}" if last else ""
         quiet = fmt_duration(max(0.0, now - newest.mtime))
         ev.append(last_line_evidence(newest.rel, last, f"last written {quiet} ago"))
     facts = {"last_step": step, "idle_seconds": round(idle, 1), "threshold_seconds": round(threshold, 1),
-             "median_step_seconds": round(med, 4)}
+             "median_step_seconds": None if med is None else round(med, 4)}
     return [_finding(w, "run.stalled", msg + ".", "run.stalled", facts, ev, step, severity=Severity.WARNING)]
 
 

@@ -4,7 +4,8 @@ empty-log warnings that follow from it.
 Steps come from the logs' scanners; times from the watcher's clock at the poll that first
 saw a step (logs often carry no timestamps, and a live watcher needs none). The median
 seconds per step is taken over the last observations, so the stall threshold follows the
-run's own pace: ``max(watch_stall_factor x median step time, watch_min_stall_seconds)``.
+run's own pace: ``max(watch_stall_factor x median step time, watch_min_stall_seconds)`` (or
+``watch_stall_factor x watch_min_stall_seconds`` while the pace is not known).
 """
 
 from __future__ import annotations
@@ -63,11 +64,15 @@ class Progress:
         return statistics.median(per) if len(per) >= 2 else None
 
     def stall(self, now: float, factor: float, min_seconds: float) -> tuple[float, float] | None:
-        """(seconds without a new step, the threshold passed) when stalled, else None."""
-        med = self.median_step_seconds()
-        if med is None or self.last_change is None:
+        """(seconds without a new step, the threshold passed) when stalled, else None.
+
+        The threshold is ``max(factor x median seconds per step, min_seconds)``; while the pace
+        is not known yet (the watch began after the last step it saw) it is ``factor x min_seconds``.
+        """
+        if self.last_change is None:
             return None
-        threshold = max(factor * med, min_seconds)
+        med = self.median_step_seconds()
+        threshold = max(factor * med, min_seconds) if med is not None else factor * min_seconds
         idle = now - self.last_change
         return (idle, threshold) if idle >= threshold else None
 

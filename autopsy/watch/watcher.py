@@ -24,13 +24,13 @@ from typing import Any
 from autopsy.discover import classify, rank_from_path
 from autopsy.engine.loader import Catalog, load_catalog
 from autopsy.engine.runner import select_cards
-from autopsy.model import ArtifactKind, Finding, Severity
+from autopsy.model import ArtifactKind, Finding, Report, Severity
 from autopsy.parsers.log_match import compile_patterns
 from autopsy.run import LoadOptions, RunError
 from autopsy.watch import early
 from autopsy.watch.checkpoints import CheckpointWatch, Forecast
 from autopsy.watch.live_log import LiveLog
-from autopsy.watch.live_run import evaluate
+from autopsy.watch.live_run import LiveRun, evaluate
 from autopsy.watch.progress import Progress
 from autopsy.watch.series_watch import SeriesWatch
 from autopsy.watch.tail import TailChange
@@ -106,7 +106,7 @@ class Watcher:
                  ignore: Iterable[str] | str | None = None, rules_dirs: Sequence[str | os.PathLike[str]] = (),
                  catalog: Catalog | None = None, evaluate_every_s: float = 600.0, update_every_s: float = 60.0,
                  max_bytes_per_poll: int = 64 << 20, settle_s: float = 30.0,
-                 exclude: Iterable[str | os.PathLike[str]] = ()) -> None:
+                 extra_logs: Iterable[str | os.PathLike[str]] = ()) -> None:
         root = Path(run_dir)
         if not root.is_dir():
             raise RunError(f"{run_dir}: no such directory" if not root.exists() else f"{run_dir}: not a directory")
@@ -116,6 +116,7 @@ class Watcher:
         self.clock = clock
         self.volume = volume
         self.catalog = catalog if catalog is not None else load_catalog(rules_dirs)
+        self.select, self.ignore = select, ignore
         self.cards = select_cards(self.catalog.cards.values(), select, ignore, aliases=self.catalog.aliases)
         self.card_map = {c.id: c for c in self.cards}
         self.compiled = compile_patterns(self.catalog.patterns(self.cards))
@@ -123,8 +124,12 @@ class Watcher:
         self.update_every_s = update_every_s
         self.settle_s = settle_s
         self.max_bytes_per_poll = max_bytes_per_poll
-        self.exclude = {os.path.realpath(p) for p in exclude}
         self.logs: dict[str, LiveLog] = {}
+        real_root = os.path.realpath(root)
+        for extra in extra_logs:  # a log outside the run (wrapper mode's --log): followed under its own name
+            if not os.path.realpath(extra).startswith(real_root + os.sep):
+                name = os.fspath(extra)
+                self.logs[name] = LiveLog(Path(extra), name, self.compiled, max_bytes_per_poll=max_bytes_per_poll)
         self.ckpts = CheckpointWatch(root)
         self.progress = Progress()
         self.series = SeriesWatch(self.card_map)
@@ -207,6 +212,17 @@ class Watcher:
             return [WatchEvent("notice", now, text=f"evaluation failed: {type(exc).__name__}: {exc}")]
         return [self._emit(f, now) for f in findings if f.severity >= Severity.WARNING]
 
+    def post_mortem(self, display_path: str | None = None) -> Report:
+        """The full report of the run as it is now, every rule included, as ``autopsy analyze``
+        gives it: from the logs already read (nothing is read twice) and the rest read fresh."""
+        from autopsy.api import report_of
+
+        now = self.clock()
+        scans = [ll.snapshot(settled=True) for ll in self.logs.values()]
+        run = LiveRun(self.root, LoadOptions(now=now), scans, self._volume())
+        return report_of(run, self.catalog, self.cards, display_path=display_path or os.fspath(self.root),
+                         select=self.select, ignore=self.ignore)
+
     def run(self, interval: float = 10.0, *, stop: Callable[[], bool] | None = None,
             max_polls: int | None = None, sleep: Callable[[float], Any] = time.sleep) -> None:
         """Poll every ``interval`` seconds until ``stop()`` is true or ``max_polls`` polls were made."""
@@ -242,8 +258,7 @@ class Watcher:
                         if depth < 4 and not e.name.startswith(("checkpoint", "global_step")):
                             stack.append((e.path, r, depth + 1))
                     elif e.is_file(follow_symlinks=False) and classify(r, None)[0] is ArtifactKind.LOG:
-                        if not self.exclude or os.path.realpath(e.path) not in self.exclude:
-                            out.append(r)
+                        out.append(r)
                 except OSError:
                     continue
         return sorted(out)
