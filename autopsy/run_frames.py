@@ -9,7 +9,7 @@ importing this module stays cheap.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from autopsy.metrics import EPOCH, TRAIN, canonical_metric, split_of
@@ -22,13 +22,24 @@ if TYPE_CHECKING:
 SCALAR_COLUMNS = ("source", "path", "tag", "metric", "split", "step", "wall_time", "value", "rank")
 
 
+def map_by_value(values: pd.Series, fn: Callable[[str], object]) -> pd.Series:
+    """``values.map(fn)``, calling ``fn`` once per distinct value: ``Series.map`` over a pandas 3
+    string column costs ~6 us a row, a factorize and a take cost nothing next to it."""
+    import numpy as np
+    import pandas as pd
+
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    mapped = np.empty(len(uniques), dtype=object)
+    mapped[:] = [fn(u) for u in uniques]
+    return pd.Series(mapped[codes], index=values.index, dtype=object)
+
+
 def splits_of(tags: pd.Series, sources: pd.Series) -> pd.Series:
     """The ``split`` column: what each tag names (:func:`~autopsy.metrics.split_of`), else ""; an
     unprefixed trainer_state tag other than ``epoch`` is "train" (HF prefixes eval_/test_ keys only)."""
-    mapping = {t: split_of(t) for t in tags.unique()}
-    split = tags.map(mapping)
+    split = map_by_value(tags, split_of)
     if len(sources):
-        default = (sources == "trainer_state") & (split == "") & (tags.map(canonical_metric) != EPOCH)
+        default = (sources == "trainer_state") & (split == "") & (map_by_value(tags, canonical_metric) != EPOCH)
         split = split.mask(default, TRAIN)
     return split.astype(object)
 
@@ -70,8 +81,7 @@ def scalars_frame(tfevents: Sequence[tuple[str, pd.DataFrame]], trainer_state: T
         return _empty_scalars()
     df = pd.concat(frames, ignore_index=True)
     tags = df["tag"].astype(str)
-    mapping = {t: canonical_metric(t) for t in tags.unique()}
-    df["metric"] = tags.map(mapping)
+    df["metric"] = map_by_value(tags, canonical_metric).astype(tags.dtype)
     by_tag = splits_of(tags, df["source"].astype(str))
     if "split" in df:  # metric files say the split of each row themselves (a column, a record's mode)
         given = df["split"]
