@@ -20,6 +20,8 @@ from autopsy.compare.related import related
      "2024-06-11 08:10:59,001 INFO saved /x/b/c/step_99.pt"),
     (" 40%|████      | 80/200 [00:10<00:15, 7.9it/s]", " 95%|█████████▌| 190/200 [00:24<00:01, 7.7it/s]"),
     ("object at 0x7f3a2c1b9d60 freed", "object at 0x55d0aa10 freed"),
+    ("[ckpt] saved checkpoints/step_20.pt", "[ckpt] saved checkpoints/step_120.pt"),  # fixtures/pairs, one slash
+    ("Saving model checkpoint to out/checkpoint-500", "Saving model checkpoint to out/checkpoint-1000"),
 ])
 def test_lines_that_differ_only_in_variable_parts_share_a_template(a: str, b: str) -> None:
     assert tpl.mask(a) == tpl.mask(b)
@@ -28,6 +30,7 @@ def test_lines_that_differ_only_in_variable_parts_share_a_template(a: str, b: st
 def test_different_messages_keep_different_templates() -> None:
     assert tpl.mask("UserWarning: 5 of 405 lines are longer than max_len=32") != tpl.mask("[train] done in 3.1s")
     assert tpl.mask("loss nan") != tpl.mask("loss 2.31")  # a NaN is not a number: it stays visible
+    assert tpl.mask("host x86_64 Linux") != tpl.mask("host aarch64 Linux")  # no counter in x86_64
     assert not tpl.is_informative(tpl.mask("100/200 [00:01<00:01]"))
     assert tpl.is_progress(tpl.mask(" 40%|████      | 80/200 [00:10<00:15, 7.9it/s]"))
 

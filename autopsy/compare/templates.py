@@ -35,6 +35,8 @@ _MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b"), "<TS>"),
     (re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.+@~=-]+){2,}[\\/]?|(?:\.{1,2}/)[\w.+@~=/-]+"), "<PATH>"),
     (re.compile(r"\b0x[0-9a-fA-F]+\b|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{8,}\b"), "<HEX>"),
+    # a counter glued to a word by "_" or "-" (step_100.pt, checkpoint-500, rank_3), not x86_64
+    (re.compile(r"(?<=[A-Za-z][_-])\d+(?![A-Za-z0-9])"), "<N>"),
     (re.compile(r"(?<![\w.])[-+]?(?:\d+(?:[.,]\d+)*|\.\d+)(?:[eE][-+]?\d+)?"), "<N>"),
     (re.compile(r"\s+"), " "),
 )

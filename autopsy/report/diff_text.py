@@ -7,12 +7,14 @@ section meant to sit under an ISSUES-log entry's Root Cause.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable
 
 from autopsy.compare.model import Difference, RunDiff
 from autopsy.report.sanitize import md_code, md_text, strip_terminal, truncate
 
 TOP = 5  # differences shown as the ranked explanation
+WIDTH = 100  # terminal lines are wrapped here, between words (a longer word stays whole)
 PER_KIND = 8  # rows per section
 KIND_TITLES = {"config": "Configuration", "environment": "Environment", "template": "Log templates",
                "metric": "Metrics", "checkpoint": "Checkpoints", "file": "Input files",
@@ -49,7 +51,7 @@ def _headline(d: Difference) -> str:
 
 def _verdict(rd: RunDiff) -> str:
     bad = rd.bad_primary
-    what = f"{bad.rule}: {_t(bad.message, 140)}" if bad is not None else "no failure found in the bad run"
+    what = f"{bad.rule}: {_t(bad.message, 600)}" if bad is not None else "no failure found"
     if rd.agree:
         return f"The runs agree within noise (bad run: {what})."
     top = rd.top
@@ -65,7 +67,7 @@ def render_terminal(rd: RunDiff, *, verbose: bool = False) -> str:
         out.append("Ranked differences (most likely cause first):")
         for i, d in enumerate(ranked[:TOP], 1):
             out.append(f"  {i}. [{d.score:.2f}] {_headline(d)}")
-            out.append(f"     why: {_t(d.why, 160)}")
+            out.append(f"     why: {_t(d.why, 400)}")
             where = _where(d)
             if where:
                 out.append(f"     where: {where}")
@@ -84,11 +86,22 @@ def render_terminal(rd: RunDiff, *, verbose: bool = False) -> str:
     metrics = rd.rows.get("metrics", [])
     calm = [r for r in metrics if not r["diverged"]]
     if calm:
-        out.append("Metrics within the good runs' band: " + ", ".join(f"{r['metric']} ({_t(r['note'], 70)})"
-                                                                       for r in calm))
+        out.append(f"Metrics within the good runs' band ({len(calm)}):")
+        out += [f"  {r['metric']}: {_t(r['note'], 200)}" for r in calm]
+        out.append("")
     for note in rd.notes:
-        out.append(f"note: {_t(note, 160)}")
-    return "\n".join(out).rstrip() + "\n"
+        out.append(f"note: {_t(note, 400)}")
+    lines = "\n".join(out).split("\n")  # the verdict holds two lines
+    return "\n".join(wrapped for line in lines for wrapped in _wrap(line)).rstrip() + "\n"
+
+
+def _wrap(line: str) -> list[str]:
+    """One output line wrapped at WIDTH between words, continuation lines indented under it."""
+    if len(line) <= WIDTH:
+        return [line]
+    indent = line[:len(line) - len(line.lstrip(" "))]
+    return textwrap.wrap(line, width=WIDTH, subsequent_indent=indent + "    ", break_long_words=False,
+                         break_on_hyphens=False) or [line]
 
 
 def _md_rows(items: Iterable[Difference]) -> list[str]:
