@@ -92,10 +92,13 @@ def run_once(argv: list[str], cwd: Path | None = None, extra_env: dict[str, str]
     """One fresh process: wall, cpu (incl. waited-for children), peak RSS in MiB, exit code."""
     e = env()
     e.update(extra_env or {})
-    t = time.perf_counter()
-    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=e, cwd=cwd)
-    _, status, ru = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t
+    # stdout to a real file, never /dev/null: GNU grep sees /dev/null and stops at the first
+    # match (it behaves like -q), which made "grep -E" read a few KB of a 1 GB log
+    with tempfile.TemporaryFile() as out:
+        t = time.perf_counter()
+        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE, env=e, cwd=cwd)
+        _, status, ru = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t
     err = p.stderr.read().decode(errors="replace") if p.stderr else ""
     if p.stderr:
         p.stderr.close()
