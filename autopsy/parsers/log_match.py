@@ -68,7 +68,11 @@ class LiteralFinder:
         if not lits:
             return
         if use_accelerator and _ac is not None:
-            self._ac = _ac.BytesAhoCorasick(list(lits), matchkind=_ac.MatchKind.LeftmostFirst)
+            # A DFA: the library's default picks a non-contiguous NFA for this many literals,
+            # 6x slower over a block (20 vs 130 ms per 8 MB for the ~250 card literals)
+            impl = getattr(getattr(_ac, "Implementation", None), "DFA", None)
+            kw = {"implementation": impl} if impl is not None else {}
+            self._ac = _ac.BytesAhoCorasick(list(lits), matchkind=_ac.MatchKind.LeftmostFirst, **kw)
         else:
             self._re = re.compile(b"|".join(re.escape(lit) for lit in lits))
 
