@@ -60,22 +60,12 @@ if TYPE_CHECKING:
 
 def parse_size(text: str) -> int:
     """``1000``, ``512K``, ``64MB``, ``2GiB`` -> bytes (K/M/G/T are powers of 1024)."""
-    t = text.strip().upper().replace(" ", "")
-    for suffix in ("IB", "B"):
-        if t.endswith(suffix) and len(t) > len(suffix) and t[-len(suffix) - 1] in "KMGT":
-            t = t[: -len(suffix)]
-            break
-    mult = 1
-    if t and t[-1] in "KMGT":
-        mult = 1024 ** ("KMGT".index(t[-1]) + 1)
-        t = t[:-1]
+    from autopsy.units import parse_size as parse
+
     try:
-        value = float(t)
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not a size (e.g. 512M, 2G, 1000)") from None
-    if value <= 0:
-        raise click.BadParameter("must be positive")
-    return int(value * mult)
+        return parse(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def _size_option(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
@@ -138,15 +128,37 @@ main.add_command(watch)
                    "reported as not read.")
 @click.option("--check-crc/--no-check-crc", default=False, show_default=True,
               help="Verify the CRC of every TensorBoard record (slower; damaged records are reported).")
+@click.option("--baseline", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Accept the findings listed in FILE (by fingerprint): they are listed as accepted, not "
+                   "reported, and fail no --fail-on gate.")
+@click.option("--update-baseline", is_flag=True,
+              help="Add every finding of this analysis to the --baseline file (created if missing; never "
+                   "inside a run directory), then apply it.")
+@click.option("--config", "config", type=click.Path(exists=True, dir_okay=False), default=None, metavar="FILE",
+              help="Team defaults from FILE (.autopsy.toml or pyproject.toml [tool.autopsy]) instead of the "
+                   "one found above the run directories or the working directory.")
+@click.option("--no-config", is_flag=True, help="Ignore team config files.")
 @force_option
 @no_color_option
 @guarded
 def analyze(run_dirs: tuple[str, ...], fmt: str, output: str | None, select: tuple[str, ...],
             ignore: tuple[str, ...], rules_dirs: tuple[str, ...], fail_on: str, quiet: bool, verbose: bool,
-            github: bool, append: str | None, max_bytes: int | None, check_crc: bool, force: bool,
-            no_color: bool) -> None:
-    """Analyse one or more run directories (shell globs work, quoted or not)."""
+            github: bool, append: str | None, max_bytes: int | None, check_crc: bool, baseline: str | None,
+            update_baseline: bool, config: str | None, no_config: bool, force: bool, no_color: bool) -> None:
+    """Analyse one or more run directories (shell globs work, quoted or not).
+
+    Team defaults (rule dirs, select/ignore, --fail-on, format, baseline) are read from
+    [tool.autopsy] in pyproject.toml or from .autopsy.toml, the nearest one above the run
+    directories, else above the working directory; options given here win.
+    """
     dirs, bad_paths = collect_run_dirs(run_dirs)
+    from autopsy.cli_team import apply_baseline_file, team_settings
+
+    team = team_settings(click.get_current_context(), dirs, config=config, no_config=no_config, quiet=quiet,
+                         fmt=fmt, select=select, ignore=ignore, rules_dirs=rules_dirs, fail_on=fail_on,
+                         max_bytes=max_bytes, baseline=baseline)
+    fmt, select, ignore, rules_dirs = team.fmt, team.select, team.ignore, team.rules_dirs
+    fail_on, max_bytes, baseline = team.fail_on, team.max_bytes, team.baseline
     from autopsy.api import analyze_run
     from autopsy.engine.runner import select_cards
     from autopsy.report.sanitize import term_name
@@ -199,6 +211,7 @@ def analyze(run_dirs: tuple[str, ...], fmt: str, output: str | None, select: tup
                 say(f"autopsy: internal error analysing {d}: {type(exc).__name__}: {exc} "
                     "(set AUTOPSY_DEBUG=1 for the traceback)")
                 worst_error = EXIT_INTERNAL
+    reports = apply_baseline_file(reports, baseline, update=update_baseline, run_dirs=dirs, quiet=quiet)
     finish(reports, fmt=fmt, output=output, no_color=no_color, quiet=quiet, github=github, append=append,
            fail_on=fail_on, catalog=catalog, worst_error=worst_error, runs=runs, verbose=verbose, run_dirs=dirs,
            force=force)

@@ -289,6 +289,9 @@ class Report:
     # The fix for the verdict's root cause (autopsy.report.fix); None on a clean run, or in a
     # report built by hand or saved before it existed (renderers then compute it).
     fix: Fix | None = None
+    # Findings a baseline file accepted as known (autopsy.baseline): not in ``findings``, so they
+    # count for no --fail-on gate, verdict or ISSUES entry; renderers say how many there were.
+    accepted: tuple[Finding, ...] = ()
 
     @property
     def primary(self) -> Finding | None:

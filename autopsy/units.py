@@ -36,3 +36,24 @@ def fmt_duration(seconds: float | None) -> str:
     if s >= 60:
         return f"{s // 60}m {s % 60:02d}s"
     return f"{s}s"
+
+
+def parse_size(text: str) -> int:
+    """``1000``, ``512K``, ``64MB``, ``2GiB`` -> bytes (K/M/G/T are powers of 1024, as in
+    ``--max-bytes-per-file``); ValueError for anything else or a size that is not positive."""
+    t = text.strip().upper().replace(" ", "")
+    for suffix in ("IB", "B"):
+        if t.endswith(suffix) and len(t) > len(suffix) and t[-len(suffix) - 1] in "KMGT":
+            t = t[: -len(suffix)]
+            break
+    mult = 1
+    if t and t[-1] in "KMGT":
+        mult = 1024 ** ("KMGT".index(t[-1]) + 1)
+        t = t[:-1]
+    try:
+        value = float(t)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a size (e.g. 512M, 2G, 1000)") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{text!r}: a size must be positive")
+    return int(value * mult)

@@ -139,6 +139,9 @@ def clean_verdict(report: Report) -> tuple[str, str]:
         parts.append(f"{len(unread)} file{'s' if len(unread) != 1 else ''} not fully read ({shown}"
                      + (f" and {len(unread) - 2} more" if len(unread) > 2 else "") + ")")
     what = "no failure found in what autopsy could check" if gaps else "no failure found"
+    if report.accepted:  # the run did fail, in ways a baseline accepted: never "no failure found"
+        what = "no new failure" + (" in what autopsy could check" if gaps else "")
+        parts.insert(0, accepted_summary(report) or "")
     return what, "; ".join(parts)
 
 
@@ -306,3 +309,13 @@ def plain_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[st
     for r in rows:
         out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     return out
+
+
+def accepted_summary(report: Report, limit: int = 4) -> str | None:
+    """``2 known findings accepted by the baseline: oom.host, run.stalled`` (None: none accepted)."""
+    n = len(report.accepted)
+    if not n:
+        return None
+    rules = sorted({f.rule for f in report.accepted})
+    shown = ", ".join(rules[:limit]) + (f" and {len(rules) - limit} more" if len(rules) > limit else "")
+    return f"{n} known finding{'s' if n != 1 else ''} accepted by the baseline: {shown}"

@@ -30,7 +30,7 @@ from autopsy.model import (
     RunSummary,
     Severity,
 )
-from autopsy.report.common import ordered_findings, verdict_finding
+from autopsy.report.common import finding_sort_key, ordered_findings, verdict_finding
 
 SCHEMA_VERSION = 1
 _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -138,6 +138,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
     if report.fix is not None:  # optional: the fix for the verdict's root cause (docs/json-schema.md)
         out["fix"] = {"rule": report.fix.rule, "steps": list(report.fix.steps), "resume": report.fix.resume,
                       "action": report.fix.action}
+    if report.accepted:  # optional: findings a baseline accepted (docs/json-schema.md)
+        out["accepted"] = [finding_to_dict(f) for f in sorted(report.accepted, key=finding_sort_key)]
     if report.series is not None:  # optional: display data for re-rendering charts (docs/json-schema.md)
         out["series"] = _jsonable(report.series)
     return out
@@ -235,7 +237,11 @@ def report_from_dict(data: Mapping[str, Any]) -> Report:
               resume=fix_d.get("resume") if isinstance(fix_d.get("resume"), str) else None,
               action=fix_d.get("action") if isinstance(fix_d.get("action"), str) else None) \
         if isinstance(fix_d, Mapping) and isinstance(fix_d.get("rule"), str) else None
-    return Report(run=run, findings=findings, outcomes=tuple(outcomes), artifacts=artifacts,
+    try:
+        accepted = tuple(_finding_from_dict(f) for f in data.get("accepted") or ())
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ReportFormatError(f"malformed report: {exc!r}") from None
+    return Report(run=run, findings=findings, outcomes=tuple(outcomes), artifacts=artifacts, accepted=accepted,
                   problems=tuple(str(p) for p in data.get("problems") or ()),
                   autopsy_version=str(data.get("autopsy_version") or ""),
                   series=_from_json_value(dict(series)) if isinstance(series, Mapping) else None, fix=fix)

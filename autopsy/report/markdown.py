@@ -22,6 +22,7 @@ from typing import Any
 from autopsy.model import Finding, Report, Severity
 from autopsy.report.advice import advice_for, config_evidence
 from autopsy.report.common import (
+    accepted_summary,
     clean_verdict,
     damaged_artifacts,
     failure_time,
@@ -334,7 +335,9 @@ def render_markdown(report: Report, catalog: Any = None) -> str:
             return f"**autopsy:** nothing autopsy can read in {md_code(report.run.path)}: {md_text(empty)}.\n"
         what, details = clean_verdict(report)
         return f"**autopsy:** {what} in {md_code(report.run.path)} ({md_text(details)}).\n"
-    return ENTRY_SEPARATOR.join(text for _, text in entries)
+    text = ENTRY_SEPARATOR.join(text for _, text in entries)
+    known = accepted_summary(report)
+    return text if known is None else f"{text.rstrip()}\n\n**autopsy:** {md_text(known)}.\n"
 
 
 def render_markdown_many(reports: list[Report], catalog: Any = None) -> str:

@@ -21,6 +21,7 @@ from autopsy.model import Evidence, Finding, Report, Severity
 from autopsy.report.advice import poisoned_words, resume_advised, resume_words
 from autopsy.report.common import (
     clean_verdict,
+    finding_sort_key,
     fmt_facts,
     fmt_int,
     fmt_step,
@@ -305,6 +306,11 @@ def render_terminal(report: Report, *, color: bool = False, width: int = DEFAULT
         for f in others:
             out += _finding_lines(report, f, st, width, verbose, evidence_limit=MAX_OTHER_EVIDENCE)
         out.append("")
+    if report.accepted:  # known failures, listed so a reviewer sees what the baseline hid
+        out.append(st.bold(f"Accepted by the baseline ({len(report.accepted)})"))
+        for f in sorted(report.accepted, key=finding_sort_key):
+            out += _wrap(f"{f.fingerprint}: {_clean(f.message, 120)}", width, "  ", "    ")
+        out.append("")
     if report.rule_errors:
         out.append(st.bold(f"Rule errors ({len(report.rule_errors)})"))
         for o in sorted(report.rule_errors, key=lambda o: o.rule):
@@ -331,8 +337,8 @@ def render_table(reports: Sequence[Report], *, color: bool = False) -> str:
     rows = []
     for r in reports:
         top = verdict_finding(r)
-        verdict = ("nothing readable" if nothing_readable(r) is not None else "ok") if top is None \
-            else f"{top.severity} {top.rule}"
+        verdict = ("nothing readable" if nothing_readable(r) is not None else "known only" if r.accepted
+                   else "ok") if top is None else f"{top.severity} {top.rule}"
         n = len(r.findings)
         lost = lost_work(r) if top is not None and top.severity >= Severity.ERROR else "-"  # only a failure loses work
         rows.append([_clean(r.run.path, 60), verdict, fmt_step(r), lost, fmt_int(n)])
