@@ -59,10 +59,12 @@ def _read_saved(path: str) -> bytes:
 @verbose_option
 @github_option
 @append_option
+@click.option("--baseline", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Accept the findings listed in FILE (by fingerprint), as analyze --baseline does.")
 @no_color_option
 @guarded
 def report(saved: str, fmt: str, output: str | None, fail_on: str, quiet: bool, verbose: bool, github: bool,
-           append: str | None, no_color: bool) -> None:
+           append: str | None, baseline: str | None, no_color: bool) -> None:
     """Re-render a saved JSON report (json, array or jsonl) without the run directory."""
     from autopsy.report.json_report import ReportFormatError, reports_from_text
 
@@ -80,5 +82,9 @@ def report(saved: str, fmt: str, output: str | None, fail_on: str, quiet: bool, 
         reports = reports_from_text(text)
     except ReportFormatError as exc:
         die(f"{saved}: {exc}")
+    if baseline is not None:
+        from autopsy.cli_team import apply_baseline_file
+
+        reports = apply_baseline_file(reports, baseline, update=False, run_dirs=(), quiet=quiet)
     finish(reports, fmt=fmt, output=output, no_color=no_color, quiet=quiet, github=github, append=append,
            fail_on=fail_on, catalog=None, worst_error=EXIT_OK, verbose=verbose)

@@ -251,3 +251,15 @@ def test_accepting_the_primary_promotes_the_first_new_finding() -> None:
     assert [f.fingerprint for f in out.accepted] == [primary.fingerprint]
     assert out.primary is not None and out.primary.rule != primary.rule
     assert sum(f.primary for f in out.findings) == 1 and len(out.findings) == len(report.findings) - 1
+
+
+def test_report_applies_a_baseline_to_a_saved_report(team: Path) -> None:
+    oom = str(team / "runs" / "oom_host")
+    saved, base = team / "oom.json", team / "ci" / "base.json"
+    assert invoke("analyze", oom, "-f", "json", "-o", str(saved)).exit_code == 0  # type: ignore[attr-defined]
+    assert invoke("report", str(saved), "--fail-on", "error", "-q").exit_code == 1  # type: ignore[attr-defined]
+    assert invoke("analyze", oom, "-q", "--baseline", str(base), "--update-baseline").exit_code == 0  # type: ignore[attr-defined]
+    r = invoke("report", str(saved), "--fail-on", "error", "--baseline", str(base), "-q")
+    assert r.exit_code == 0 and "no new failure" in r.stdout  # type: ignore[attr-defined]
+    r = invoke("report", str(saved), "--baseline", str(team / "missing.json"))
+    assert r.exit_code == 2 and "no such baseline file" in r.stderr  # type: ignore[attr-defined]
