@@ -127,6 +127,7 @@ class CheckpointWatch:
     known: dict[str, SeenCheckpoint] = field(default_factory=dict)
     deleted: int = 0
     history: list[tuple[int, int]] = field(default_factory=list)  # (newest step, bytes of all but the newest)
+    rotating_from: int = 0  # index in history of the first save seen after a deletion
 
     def poll(self) -> tuple[list[SeenCheckpoint], list[str]]:
         """(new checkpoints, paths deleted since the last poll)."""
@@ -134,6 +135,8 @@ class CheckpointWatch:
         new = [c for p, c in now.items() if p not in self.known]
         gone = [p for p in self.known if p not in now]
         self.deleted += len(gone)
+        if gone:
+            self.rotating_from = len(self.history)  # growth is measured from here on: the rotation regime
         self.known = now
         cur = self.current()
         if new and cur and cur[-1].step is not None:
@@ -165,7 +168,7 @@ class CheckpointWatch:
             growth = cur[-2].bytes  # the newest may still be being written
             basis = "size of the last complete checkpoint (none was deleted so far)"
         else:
-            pts = self.history[-8:]
+            pts = self.history[self.rotating_from:][-8:]
             if len(pts) < 2 or pts[-1][0] <= pts[0][0]:
                 return None
             per_step = (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])

@@ -18,7 +18,7 @@ import bisect
 import copy
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +56,7 @@ class LiveLog:
         self.last_byte = b""
         self.bytes_scanned = 0
         self.lines_seen = 0  # series lines already handed out by new_points (by line number)
+        self._tag_ok: list[bool] = []  # by the store's tag id: does new_points' caller want it
         self.hit_counts: dict[str, int] = {}
         self.restarts = 0
         self.grew_at: float | None = None  # watch time of the last poll that brought bytes
@@ -72,6 +73,7 @@ class LiveLog:
             self.carry, self.dropped, self.last_byte = b"", 0, b""
             self.bytes_scanned = 0
             self.lines_seen = 0
+            self._tag_ok = []
             self.hit_counts = {}
             self.restarts += 1
         if got.data:
@@ -112,29 +114,47 @@ class LiveLog:
         self.hit_counts.update(self.scanner.hits.count)
         return out
 
-    def new_points(self) -> list[NewPoint]:
-        """Series points of the lines scanned since the previous call (line order).
+    def new_points(self, wanted: Callable[[str], bool] | None = None) -> list[NewPoint]:
+        """Series points of the lines scanned since the previous call (line order), only those
+        whose tag ``wanted`` accepts (all when None).
 
-        Found by line number, not by index: the store thins itself when it is large,
-        which moves indices but never reorders lines.
+        Found by line number, not by index: the store thins itself when it is large, which
+        moves indices but never reorders lines. The store's columns are read with numpy and
+        only the wanted points become objects (a poll of a busy log holds thousands of bar
+        rates and dict values the detectors never look at).
         """
+        import numpy as np
+
         st = self.scanner.series
         lo = bisect.bisect_right(st.l_lineno, self.lines_seen)
         n_lines = len(st.l_start)
         if lo >= n_lines:
             return []
-        out = []
-        names = st.tag_names
-        for i in range(lo, n_lines):
-            a = st.l_start[i]
-            b = st.l_start[i + 1] if i + 1 < n_lines else len(st.value)
-            step = st.l_step[i]
-            wall = st.l_wall[i]
-            for j in range(a, b):
-                out.append(NewPoint(names[st.tag[j]], None if step < -(2**62) else step, st.value[j], st.l_lineno[i],
-                                    None if math.isnan(wall) else wall))
         self.lines_seen = st.l_lineno[n_lines - 1]
-        return out
+        names = st.tag_names
+        if wanted is None:
+            ok = list(range(len(names)))
+        else:
+            for i in range(len(self._tag_ok), len(names)):
+                self._tag_ok.append(bool(wanted(names[i])))
+            ok = [i for i, good in enumerate(self._tag_ok) if good]
+        if not ok:
+            return []
+        first = st.l_start[lo]
+        # copies, not views: a live view would stop the store's arrays from growing
+        tags = np.frombuffer(st.tag, np.uint32)[first:].copy()
+        sel = np.flatnonzero(np.isin(tags, ok)) + first
+        if not sel.size:
+            return []
+        starts = np.frombuffer(st.l_start, np.int64)[lo:n_lines].copy()
+        line = np.searchsorted(starts, sel, side="right") - 1 + lo
+        steps = np.frombuffer(st.l_step, np.int64)[line].tolist()
+        linenos = np.frombuffer(st.l_lineno, np.int64)[line].tolist()
+        walls = np.frombuffer(st.l_wall, np.float64)[line].tolist()
+        values = np.frombuffer(st.value, np.float64)[sel].tolist()
+        tag_ids = tags[sel - first].tolist()
+        return [NewPoint(names[t], None if s < -(2**62) else s, v, ln, None if math.isnan(wl) else wl)
+                for t, s, v, ln, wl in zip(tag_ids, steps, values, linenos, walls, strict=True)]
 
     def snapshot(self, *, settled: bool = True) -> LogScan:
         """The LogScan of what was read so far, as ``autopsy analyze`` would build it.

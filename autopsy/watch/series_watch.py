@@ -23,6 +23,12 @@ from autopsy.model import Evidence, Finding, Severity
 from autopsy.watch.live_log import NewPoint
 
 WINDOW = 64  # points kept per series for the running median
+REFRESH = 16  # the median and MAD baselines are recomputed every this many points (not per point)
+
+
+def relevant_tag(tag: str) -> bool:
+    """A training loss, grad norm or LR series (what the detectors read)."""
+    return canonical_metric(tag) in (LOSS, GRAD_NORM, LR) and split_of(tag) in ("", "train")
 
 
 @dataclass
@@ -34,7 +40,15 @@ class _Track:
     n: int = 0
     nonfinite_done: bool = False
     spikes: int = 0
+    median: float | None = None  # of ``recent`` when last refreshed
+    mad: float = 0.0
+    stale: int = REFRESH  # points since the last refresh
     lr_max: float = 0.0  # the highest LR seen past warmup
+    lr_done: bool = False
+
+
+def _ev(tr: _Track, p: NewPoint) -> Evidence:
+    return Evidence(path=tr.path, line=p.lineno, tag=tr.tag, step=p.step)
 
 
 def _fmt(v: float) -> str:
@@ -48,15 +62,21 @@ class SeriesWatch:
     cards: Mapping[str, Card]
     config: Mapping[str, float] = field(default_factory=dict)  # canonical key -> value (vocab_size, learning_rate...)
     tracks: dict[tuple[str, str], _Track] = field(default_factory=dict)
+    _params: dict[str, float] = field(default_factory=dict)
 
     def _param(self, rule: str, name: str, default: float) -> float:
-        card = self.cards.get(rule)
-        if card is None or name not in card.params:
-            return default
-        try:
-            return float(card.params[name])
-        except (TypeError, ValueError):
-            return default
+        key = f"{rule}/{name}"
+        got = self._params.get(key)
+        if got is None:
+            card = self.cards.get(rule)
+            got = default
+            if card is not None and name in card.params:
+                try:
+                    got = float(card.params[name])
+                except (TypeError, ValueError):
+                    got = default
+            self._params[key] = got
+        return got
 
     def _finding(self, rule: str, message: str, key: str, facts: dict[str, Any], evidence: list[Evidence],
                  step: int | None, severity: Severity | None = None, wall: float | None = None) -> Finding | None:
@@ -70,9 +90,10 @@ class SeriesWatch:
     def feed(self, path: str, points: list[NewPoint]) -> list[Finding]:
         out: list[Finding] = []
         for p in points:
-            metric = canonical_metric(p.tag)
-            if metric not in (LOSS, GRAD_NORM, LR) or split_of(p.tag) not in ("", "train"):
+            if not relevant_tag(p.tag):
                 continue
+            metric = canonical_metric(p.tag)
+            assert metric is not None
             tr = self.tracks.get((path, metric))
             if tr is None:
                 tr = self.tracks[(path, metric)] = _Track(metric, p.tag, path)
@@ -84,7 +105,6 @@ class SeriesWatch:
     def _point(self, tr: _Track, p: NewPoint) -> Finding | None:
         tr.n += 1
         v = p.value
-        ev = Evidence(path=tr.path, line=p.lineno, tag=tr.tag, step=p.step)
         if not math.isfinite(v):
             if tr.metric == LR or tr.nonfinite_done:
                 return None
@@ -101,30 +121,36 @@ class SeriesWatch:
                                  [Evidence(path=tr.path, line=p.lineno, tag=tr.tag, step=p.step, excerpt=excerpt)],
                                  p.step, wall=p.wall_time)
         out = None
-        if tr.metric == GRAD_NORM or tr.metric == LOSS:
-            out = self._spike(tr, p, ev)
-        if tr.metric == LOSS and out is None:
-            out = self._plateau(tr, p, ev)
-        if tr.metric == LR and out is None:
-            out = self._lr(tr, p, ev)
+        if tr.metric == LR:
+            out = None if tr.lr_done else self._lr(tr, p)
+        else:
+            out = self._spike(tr, p)
+            if tr.metric == LOSS and out is None:
+                out = self._plateau(tr, p)
         tr.recent.append((p.step, v))
+        tr.stale += 1
         return out
 
-    def _spike(self, tr: _Track, p: NewPoint, ev: Evidence) -> Finding | None:
-        min_pts = int(self._param("loss.spike", "min_window_points", 10))
-        if len(tr.recent) < min_pts:
+    def _baseline(self, tr: _Track) -> float | None:
+        """The running median (and MAD) of the window, refreshed every REFRESH points."""
+        if tr.stale >= REFRESH and tr.recent:
+            vals = [x for _, x in tr.recent]
+            tr.median = statistics.median(vals)
+            tr.mad = statistics.median(abs(x - tr.median) for x in vals)
+            tr.stale = 0
+        return tr.median
+
+    def _spike(self, tr: _Track, p: NewPoint) -> Finding | None:
+        if len(tr.recent) < self._param("loss.spike", "min_window_points", 10):
             return None
-        med = statistics.median(x for _, x in tr.recent)
-        if med <= 0:
+        med = self._baseline(tr)
+        if med is None or med <= 0:
             return None
         ratio = p.value / med
         limit = self._param("loss.spike", "ratio_to_median" if tr.metric == GRAD_NORM else "loss_ratio_to_median",
                             10.0 if tr.metric == GRAD_NORM else 1.5)
-        if tr.metric == LOSS:
-            vals = [x for _, x in tr.recent]
-            mad = statistics.median(abs(x - med) for x in vals) or 1e-12
-            if (p.value - med) / mad < self._param("loss.spike", "loss_robust_z", 8.0):
-                return None
+        if tr.metric == LOSS and (p.value - med) / (tr.mad or 1e-12) < self._param("loss.spike", "loss_robust_z", 8.0):
+            return None
         if ratio < limit:
             return None
         tr.spikes += 1
@@ -132,17 +158,17 @@ class SeriesWatch:
                f"{_fmt(med)} ({tr.tag} in {tr.path}:{p.lineno}).")
         facts = {"metric": tr.metric, "step": p.step, "value": p.value, "median_before": med, "ratio": round(ratio, 2),
                  "spikes_so_far": tr.spikes}
-        return self._finding("loss.spike", msg, f"loss.spike:{tr.metric}", facts, [ev], p.step,
+        return self._finding("loss.spike", msg, f"loss.spike:{tr.metric}", facts, [_ev(tr, p)], p.step,
                              severity=Severity.WARNING, wall=p.wall_time)
 
-    def _plateau(self, tr: _Track, p: NewPoint, ev: Evidence) -> Finding | None:
+    def _plateau(self, tr: _Track, p: NewPoint) -> Finding | None:
         vocab = self.config.get("vocab_size")
         warmup = self.config.get("warmup_steps") or 0
         min_pts = int(self._param("loss.plateau", "min_points", 20))
         if not vocab or vocab < 2 or tr.n < min_pts or (p.step is not None and p.step <= warmup):
             return None
-        if len(tr.recent) < WINDOW // 2:
-            return None
+        if len(tr.recent) < WINDOW // 2 or tr.n % REFRESH:
+            return None  # judged every REFRESH points: a plateau is a matter of hundreds
         chance = math.log(vocab)
         tol = self._param("loss.plateau", "chance_relative_tolerance", 0.1)
         vals = [x for _, x in tr.recent]
@@ -156,9 +182,10 @@ class SeriesWatch:
         facts = {"loss": last, "chance": round(chance, 4), "vocab_size": int(vocab),
                  "relative_improvement": round(improve, 4),
                  "step": p.step}
-        return self._finding("loss.plateau", msg, "loss.plateau:chance", facts, [ev], p.step, wall=p.wall_time)
+        return self._finding("loss.plateau", msg, "loss.plateau:chance", facts, [_ev(tr, p)], p.step,
+                             wall=p.wall_time)
 
-    def _lr(self, tr: _Track, p: NewPoint, ev: Evidence) -> Finding | None:
+    def _lr(self, tr: _Track, p: NewPoint) -> Finding | None:
         lr = self.config.get("learning_rate")
         warmup = self.config.get("warmup_steps") or 0
         if not lr or lr <= 0 or p.step is None or p.step <= warmup or p.value <= 0:
@@ -171,4 +198,5 @@ class SeriesWatch:
         msg = (f"the logged LR is {_fmt(peak)} at step {p.step}, past warmup ({int(warmup)} steps), while the config "
                f"says learning_rate {_fmt(lr)} ({ratio:.3g}x): the schedule is not the one configured.")
         facts = {"observed_max_lr": peak, "configured_lr": lr, "ratio": ratio, "warmup_steps": warmup, "step": p.step}
-        return self._finding("lr.mismatch", msg, "lr.mismatch:watch", facts, [ev], p.step, wall=p.wall_time)
+        tr.lr_done = True  # said once per series: its evidence is the first point past warmup that shows it
+        return self._finding("lr.mismatch", msg, "lr.mismatch:watch", facts, [_ev(tr, p)], p.step, wall=p.wall_time)

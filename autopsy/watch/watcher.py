@@ -4,8 +4,11 @@ Each :meth:`Watcher.poll` costs what arrived since the previous one: logs are re
 their saved offsets and fed to live scanners (:mod:`live_log`), their new series points to
 the early-warning detectors (:mod:`series_watch`), the checkpoints listed by name and size
 (:mod:`checkpoints`) for the disk-fill forecast. The whole rule catalog runs on the run as
-it is now (:mod:`live_run`) when a log line matches a rule pattern for the first time, when a
-checkpoint appears, and every ``evaluate_every_s`` seconds if anything changed.
+it is now (:mod:`live_run`) at the first poll, when a log line matches a rule pattern for the
+first time (once a traceback being written is whole), and every ``evaluate_every_s`` seconds
+if anything changed; the checkpoint rules alone right after each save. A full evaluation's cost
+grows with the series kept (not with the log), so periodic ones are spaced further apart when
+they are costly: at most ``evaluate_budget`` of one core (0.5%) goes to them.
 
 Every warning is emitted once per fingerprint (rule id + normalised key, the post-mortem's
 own) and again as an ``update`` when its severity rises or its message changes (at most
@@ -14,6 +17,7 @@ once per ``update_every_s``). Nothing is ever written into the run directory.
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -32,7 +36,7 @@ from autopsy.watch.checkpoints import CheckpointWatch, Forecast
 from autopsy.watch.live_log import LiveLog
 from autopsy.watch.live_run import LiveRun, evaluate
 from autopsy.watch.progress import Progress
-from autopsy.watch.series_watch import SeriesWatch
+from autopsy.watch.series_watch import SeriesWatch, relevant_tag
 from autopsy.watch.tail import TailChange
 
 VolumeFn = Callable[[Path], tuple[int, int]]  # directory -> (total bytes, free bytes) of its volume
@@ -105,7 +109,7 @@ class Watcher:
                  volume: VolumeFn = disk_volume, select: Iterable[str] | str | None = None,
                  ignore: Iterable[str] | str | None = None, rules_dirs: Sequence[str | os.PathLike[str]] = (),
                  catalog: Catalog | None = None, evaluate_every_s: float = 600.0, update_every_s: float = 60.0,
-                 max_bytes_per_poll: int = 64 << 20, settle_s: float = 30.0,
+                 max_bytes_per_poll: int = 64 << 20, settle_s: float = 30.0, evaluate_budget: float = 0.005,
                  extra_logs: Iterable[str | os.PathLike[str]] = ()) -> None:
         root = Path(run_dir)
         if not root.is_dir():
@@ -123,6 +127,7 @@ class Watcher:
         self.evaluate_every_s = evaluate_every_s
         self.update_every_s = update_every_s
         self.settle_s = settle_s
+        self.evaluate_budget = evaluate_budget
         self.max_bytes_per_poll = max_bytes_per_poll
         self.logs: dict[str, LiveLog] = {}
         real_root = os.path.realpath(root)
@@ -139,6 +144,7 @@ class Watcher:
         self._last_eval: float | None = None
         self._pending_since: float | None = None  # an evaluation is due (a new pattern hit, a new checkpoint)
         self._dirty = False
+        self._eval_cpu = 0.0  # CPU seconds of the last full evaluation
         self._noticed: set[str] = set()
 
     # ------------------------------------------------------------------ public
@@ -150,6 +156,15 @@ class Watcher:
 
     def poll(self) -> list[WatchEvent]:
         """One look at the run directory; returns (and hands to the callbacks) what is new."""
+        gc_was_on = gc.isenabled()
+        gc.disable()  # as in scan_log: scanning makes no reference cycles, collections only cost time
+        try:
+            return self._poll()
+        finally:
+            if gc_was_on:
+                gc.enable()
+
+    def _poll(self) -> list[WatchEvent]:
         now = self.clock()
         events: list[WatchEvent] = []
         trigger = False
@@ -169,7 +184,7 @@ class Watcher:
             for key in ll.new_hit_keys():
                 if not key.rsplit("/", 1)[-1].startswith("ctx"):
                     trigger = True
-            events.extend(self._emit(f, now) for f in self.series.feed(rel, ll.new_points()))
+            events.extend(self._emit(f, now) for f in self.series.feed(rel, ll.new_points(relevant_tag)))
             if ll.scanner.max_steps_seen:
                 self.progress.max_steps = ll.scanner.max_steps_seen
         steps = [ll.last_step for ll in self.logs.values() if ll.last_step is not None]
@@ -177,16 +192,16 @@ class Watcher:
         new, gone = self.ckpts.poll()
         if new or gone:
             self._dirty = True
-            trigger = trigger or bool(new)
         for f in early.progress_findings(self, now):
             events.append(self._emit(f, now))
         if trigger and self._pending_since is None:
             self._pending_since = now
         if self._pending_since is not None and self._tracebacks_open() and now - self._pending_since < self.settle_s:
             pass  # a traceback is still being written: evaluate once it is whole (or settle_s later)
-        elif self._pending_since is not None or self._last_eval is None or (
-                self._dirty and (self._last_eval is None or now - self._last_eval >= self.evaluate_every_s)):
+        elif self._pending_since is not None or self._last_eval is None or (self._dirty and self._periodic_due(now)):
             events.extend(self.evaluate(now))
+        elif new:  # right after a save: the checkpoint rules (retention over the limit, a corrupt save), cheaply
+            events.extend(self.evaluate(now, families=("checkpoint",)))
         self.status.polls += 1
         self._refresh_status(now)
         out = [e for e in events if e.kind != "none"]
@@ -195,21 +210,35 @@ class Watcher:
                 self.on_event(e)
         return out
 
-    def evaluate(self, now: float | None = None) -> list[WatchEvent]:
-        """The whole catalog on the run as it is now; its warnings emitted like the early ones."""
+    def _periodic_due(self, now: float) -> bool:
+        """Time for a full evaluation without a trigger: ``evaluate_every_s`` after the last one,
+        later when the last one was costly, so that these stay within ``evaluate_budget`` of a core."""
+        if self._last_eval is None:
+            return True
+        return now - self._last_eval >= max(self.evaluate_every_s, self._eval_cpu / self.evaluate_budget)
+
+    def evaluate(self, now: float | None = None, *, families: Sequence[str] | None = None) -> list[WatchEvent]:
+        """The catalog (every selected card, or those of ``families``) on the run as it is now;
+        its warnings emitted like the early ones."""
         now = self.clock() if now is None else now
-        self._last_eval, self._dirty, self._pending_since = now, False, None
+        cards = self.cards if families is None else [c for c in self.cards if c.family in families]
+        started = time.process_time()
+        if families is None:
+            self._last_eval, self._dirty, self._pending_since = now, False, None
         self.status.evaluations += 1
         try:
             volume = self._volume()
             opts = LoadOptions(now=now)
             scans = [ll.snapshot(settled=ll.grew_at is None or now - ll.grew_at >= self.settle_s)
                      for ll in self.logs.values()]
-            findings, _, run = evaluate(self.root, opts, scans, volume,
-                                        self.catalog, self.cards)
-            self._learn_config(run)
+            findings, _, run = evaluate(self.root, opts, scans, volume, self.catalog, cards)
+            if families is None:
+                self._learn_config(run)
         except Exception as exc:  # a bug in one evaluation must not stop the watch
             return [WatchEvent("notice", now, text=f"evaluation failed: {type(exc).__name__}: {exc}")]
+        finally:
+            if families is None:
+                self._eval_cpu = time.process_time() - started
         return [self._emit(f, now) for f in findings if f.severity >= Severity.WARNING]
 
     def post_mortem(self, display_path: str | None = None) -> Report:
