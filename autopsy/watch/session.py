@@ -90,8 +90,14 @@ class Session:
                     self._status()
                 returncode = self._wait(child, self.interval)
         except KeyboardInterrupt:
-            child.interrupt()
-            returncode = child.wait()
+            # The terminal's Ctrl-C went to the command too (same process group): let it stop
+            # on its own; a second Ctrl-C terminates it.
+            self._say("waiting for the command to stop (Ctrl-C again to terminate it)")
+            try:
+                returncode = child.wait()
+            except KeyboardInterrupt:
+                child.terminate()
+                returncode = child.wait()
         child.wait()
         code = shell_code(returncode)
         if child.write_error:

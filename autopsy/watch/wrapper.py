@@ -11,7 +11,6 @@ ever the one the user named: the run directory is never written to.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import threading
 from collections.abc import Sequence
@@ -78,11 +77,10 @@ class Child:
         self._pump.join(30)
         return code
 
-    def interrupt(self) -> None:
-        """Pass a Ctrl-C on (the child may be in another process group)."""
+    def terminate(self) -> None:
         if self.proc.poll() is None:
             try:
-                self.proc.send_signal(signal.SIGINT)
+                self.proc.terminate()
             except OSError:
                 pass
 
