@@ -110,6 +110,16 @@ def test_empty_log_hang_warns_after_the_writes_stop(tmp_path: Path) -> None:
     assert f.evidence[0].path == "nohup.out" and "empty" in f.message
 
 
+def test_tokenizer_overflow_warned_before_the_index_error(tmp_path: Path) -> None:
+    rp, w, events = _replay("tokenizer_overflow", tmp_path)
+    tok = [(e, n) for e, n in events if e.kind == "warning" and e.finding and e.finding.rule == "tokenizer.overflow"]
+    assert tok
+    _, n = tok[0]
+    assert b"IndexError" not in _written_at(rp, n, "train.log")  # warned while it still trained
+    assert b"IndexError" in rp.written("train.log")
+
+
+# Last in this file: it polls the shared disk_full replay further.
 def test_watch_never_writes_into_the_run(disk_full: Replay) -> None:
     rp, w, _ = disk_full
     root = rp.dst

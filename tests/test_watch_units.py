@@ -140,3 +140,15 @@ def test_status_line_is_one_escaped_line(tmp_path: Path) -> None:
     w.poll()
     line = status_line(w.status, "runs/\x1b[2Jexp\n42")
     assert "\x1b" not in line and "\n" not in line and "no step yet" in line
+
+
+def test_the_notebook_api_calls_back_once_per_warning(tmp_path: Path) -> None:
+    import autopsy
+
+    (tmp_path / "train.log").write_text("step 1 loss 2.5\nstep 2 loss nan\n")
+    got: list = []
+    w = autopsy.watch(tmp_path, on_finding=got.append, interval=0.0, max_polls=3, select="loss")
+    assert [f.rule for f in got] == ["loss.nonfinite"] and got[0].step == 2
+    assert w.findings == got and w.status.polls == 3
+    report = w.post_mortem()
+    assert report.primary is not None and report.primary.rule == "loss.nonfinite"
