@@ -111,7 +111,7 @@ def test_empty_log_hang_warns_after_the_writes_stop(tmp_path: Path) -> None:
 
 
 def test_tokenizer_overflow_warned_before_the_index_error(tmp_path: Path) -> None:
-    rp, w, events = _replay("tokenizer_overflow", tmp_path)
+    rp, _, events = _replay("tokenizer_overflow", tmp_path)
     tok = [(e, n) for e, n in events if e.kind == "warning" and e.finding and e.finding.rule == "tokenizer.overflow"]
     assert tok
     _, n = tok[0]
