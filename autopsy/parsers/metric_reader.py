@@ -51,7 +51,11 @@ _METRIC_WORD = re.compile(
 _CONFIG_LIKE = re.compile(r"Namespace\(|[\w.]+=(?:['\"]|True\b|False\b|None\b|[A-Za-z])")
 # settings, not measurements: a line assigning one of these is a configuration line
 _CONFIG_KEY = re.compile(r"(?i)(?<![\w/])(?:max_|min_|num_|n_)\w+\s*[=:]|(?<![\w/])(?:warmup\w*|schedul\w*|vocab\w*"
-                         r"|seed|batch_size|epochs|hidden_size|d_model|params)\s*[=:]")
+                         r"|seed|batch_size|epochs|hidden_size|d_model|params)\s*[=:]"
+                         # the run's plan written "key value" ("... batch 8192, lr 0.05, max_steps 120"):
+                         # a header, whose "batch 8192" is the batch size, not a position
+                         r"|(?<![\w/])(?:max_(?:steps|iters?|epochs?)|num_(?:train_)?(?:steps|epochs)|total_steps)"
+                         r"\s+\d")
 _NUMBERS = re.compile(r"(?<![A-Za-z_])" + _BARE + r"(?![A-Za-z_])")
 # nouns naming a thing, not a measurement of it: "loss scaler 0" is the scaler's index
 _OBJECTS = frozenset({"scaler", "scheduler", "optimizer", "id", "idx", "index", "group", "rank", "fn", "function"})
