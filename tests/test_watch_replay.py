@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from autopsy.units import fmt_duration
 from autopsy.watch import Watcher, WatchEvent
 from tests.watch_replay import Replayer
 
@@ -54,7 +55,7 @@ def test_disk_full_forecast_fires_before_enospc(disk_full: Replay) -> None:
     assert "step ~80" in f.message
     assert f.facts["lead_steps"] >= 50 and f.step is not None and f.step <= 30
     assert f.facts["forecast_seconds"] is not None and f.facts["forecast_seconds"] > 0
-    assert "in about" in f.message
+    assert f"{fmt_duration(f.facts['forecast_seconds'])} at " in f.message  # the lead time, in words
     assert f.facts["forecast_saves_that_fit"] >= 5
     # the failure itself is then diagnosed as the post-mortem does, once
     full = [e for e, _ in events if e.kind == "warning" and e.finding and e.finding.rule == "disk.full"]

@@ -73,7 +73,10 @@ def disk_forecast(w: Watcher, now: float) -> list[Finding]:
     if not ((eta is not None and eta <= horizon) or (eta is None and before_end)):
         return []
     where = "the run directory" if fc.volume_path == "." else f"{fc.volume_path}/"
-    when = f", in about {fmt_duration(eta)} at {rate:.3g} steps/s" if eta is not None and rate else ""
+    when = ""
+    if eta is not None and rate:
+        when = f", in {fmt_duration(eta)} at {rate:.3g} steps/s" if eta < 1 else (
+            f", in about {fmt_duration(eta)} at {rate:.3g} steps/s")
     end = f", before the planned {planned:,}" if before_end and planned is not None else ""
     msg = (f"The volume holding {where} fills at step ~{fc.fill_step:,}{when}{end}: each save every "
            f"{fc.cadence_steps:.0f} steps adds {fmt_bytes(fc.growth_per_save)} and {fmt_bytes(fc.free_bytes)} of "
