@@ -152,3 +152,20 @@ def test_the_notebook_api_calls_back_once_per_warning(tmp_path: Path) -> None:
     assert w.findings == got and w.status.polls == 3
     report = w.post_mortem()
     assert report.primary is not None and report.primary.rule == "loss.nonfinite"
+
+
+def test_a_broken_rule_is_said_once(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from autopsy.engine import runner
+
+    def broken(ctx: object) -> list:
+        raise RuntimeError("boom")
+
+    monkeypatch.setitem(runner._CHECK_CACHE, "autopsy.checks.loss:plateau", broken)
+    (tmp_path / "train.log").write_text("step 1 loss 2.5\n")
+    clock = Clock()
+    w = Watcher(tmp_path, clock=clock, select="loss")
+    first = [e for e in w.poll() if e.kind == "notice"]
+    assert len(first) == 1 and "loss.plateau failed: RuntimeError: boom" in (first[0].text or "")
+    clock.now += 3600
+    w.evaluate()
+    assert not [e for e in w.evaluate() if e.kind == "notice"]

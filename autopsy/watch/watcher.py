@@ -28,7 +28,7 @@ from typing import Any
 from autopsy.discover import classify, rank_from_path
 from autopsy.engine.loader import Catalog, load_catalog
 from autopsy.engine.runner import select_cards
-from autopsy.model import ArtifactKind, Finding, Report, Severity
+from autopsy.model import ArtifactKind, Finding, OutcomeKind, Report, Severity
 from autopsy.parsers.log_match import compile_patterns
 from autopsy.run import LoadOptions, RunError
 from autopsy.watch import early
@@ -231,7 +231,7 @@ class Watcher:
             opts = LoadOptions(now=now)
             scans = [ll.snapshot(settled=ll.grew_at is None or now - ll.grew_at >= self.settle_s)
                      for ll in self.logs.values()]
-            findings, _, run = evaluate(self.root, opts, scans, volume, self.catalog, cards)
+            findings, outcomes, run = evaluate(self.root, opts, scans, volume, self.catalog, cards)
             if families is None:
                 self._learn_config(run)
         except Exception as exc:  # a bug in one evaluation must not stop the watch
@@ -239,7 +239,12 @@ class Watcher:
         finally:
             if families is None:
                 self._eval_cpu = time.process_time() - started
-        return [self._emit(f, now) for f in findings if f.severity >= Severity.WARNING]
+        events = [self._emit(f, now) for f in findings if f.severity >= Severity.WARNING]
+        for o in outcomes:  # a broken rule is said once (the post-mortem lists it too), never hidden
+            if o.kind is OutcomeKind.RULE_ERROR and o.rule not in self._noticed:
+                self._noticed.add(o.rule)
+                events.append(WatchEvent("notice", now, text=f"rule {o.rule} failed: {o.reason}"))
+        return events
 
     def post_mortem(self, display_path: str | None = None) -> Report:
         """The full report of the run as it is now, every rule included, as ``autopsy analyze``
