@@ -79,6 +79,7 @@ ERROR_LINE = regex.compile(
     r"|^Killed\s*$|No space left on device|out of memory|Traceback \(most recent call last\)"
     r"|^zsh: (?:killed|segmentation fault)\s|^\[\d+\][ +-]+\d+ (?:killed|segmentation fault)\s"  # zsh
     r"|0xC0000005|-1073741819|3221225477|0xC00000FD|-1073741571|TERM_MEMLIMIT|PBS: job killed: p?v?mem"
+    r"|(?i:0xC0000409|0xC0000094|0xC000001D)|-1073740791|3221226505|-1073741676|3221225620"  # fail-fast, /0, SIGILL
 )
 
 

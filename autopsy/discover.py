@@ -29,8 +29,10 @@ _SKIP_DIRS = frozenset({".git", "__pycache__", ".ipynb_checkpoints", "node_modul
 
 _LOG_SUFFIXES = frozenset({".log", ".out", ".err", ".txt", ".stdout", ".stderr"})
 # Scheduler and rotation names: PBS / SGE / LSF job output "<job>.o7082041" / ".e7082041" (".po", ".pe"
-# for parallel environments), numbered copies "train.out-30", "train.log.1", "run.err_2".
-_NUMBERED_LOG = re.compile(r"\.(?:o|e|po|pe)\d{2,}$|\.(?:log|out|err)[-._]\d+$")
+# for parallel environments), the bare ".o" / ".e" a job script names with `#SBATCH -e SOAP_42.e`
+# (a binary object file "x.o" is told apart by the sniff), numbered copies "train.out-30", "train.log.1",
+# "run.err_2".
+_NUMBERED_LOG = re.compile(r"\.(?:o|e|po|pe)(?:\d{2,})?$|\.(?:log|out|err)[-._]\d+$")
 _LOG_NAMES = frozenset({"nohup.out", "stdout", "stderr", "output", "log", "console", "train_log"})
 _NOT_LOG_TXT = re.compile(
     r"(?i)^(merges|vocab|requirements.*|license.*|readme.*|notice.*|spm|added_tokens|dict|labels)\.txt$"
@@ -112,7 +114,7 @@ def looks_binary(head: bytes) -> bool:
         return False
     if head.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16 BOM: a text log from Windows tools
         return False
-    if head[:4] == b"PK\x03\x04" or head[:2] == b"\x80\x02" or head[:1] == b"\x80":
+    if head[:4] in (b"PK\x03\x04", b"\x7fELF") or head[:2] == b"\x80\x02" or head[:1] == b"\x80":
         return True
     nul = head.count(0)
     if nul > len(head) // 8:

@@ -17,7 +17,7 @@ from expectations import assert_entries_match_dirs, expectation_params, fire_pro
 ROOT = Path(__file__).resolve().parent.parent / "fixtures"
 CORPUS = ROOT / "corpus"
 EXPECTED = ROOT / "corpus_expected.yaml"
-_KEYS = {"primary", "fires", "not_fires", "source", "todo"}
+_KEYS = {"primary", "fires", "not_fires", "source", "todo", "note"}
 _EXPECTED = load_expectations(EXPECTED)
 
 

@@ -57,9 +57,15 @@ def test_markdown_bold_paste_is_the_line_itself() -> None:
     ("overlap.30.out-30", ArtifactKind.LOG),  # a numbered copy of a .out
     ("train.log.1", ArtifactKind.LOG),
     ("model.safetensors", ArtifactKind.CHECKPOINT_FILE),
+    ("SOAP_42.e", ArtifactKind.LOG),  # `#SBATCH -e SOAP_42.e`
+    ("fold=11.o", ArtifactKind.LOG),
 ])
 def test_scheduler_output_names_are_logs(name: str, kind: ArtifactKind) -> None:
     assert classify(name, b"text\n")[0] is kind
+
+
+def test_a_binary_object_file_is_not_a_log() -> None:
+    assert classify("kernels.o", b"\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00")[0] is not ArtifactKind.LOG
 
 
 def _tb(exc_type: str, *frames: tuple[str, str, str], message: str = "") -> Traceback:

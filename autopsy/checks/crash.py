@@ -42,6 +42,9 @@ _WORKER_MARKERS = ("DataLoader worker", "encountered in worker")
 _NT_STACK_OVERFLOW = ("-1073741571", "3221225725", "0xC00000FD", "0xc00000fd", "stack overflow")
 _NT_HEAP = ("-1073740940", "3221226356", "0xC0000374", "0xc0000374")
 _NT_ACCESS = ("-1073741819", "3221225477", "0xC0000005", "0xc0000005", "access violation")
+_NT_FAIL_FAST = ("-1073740791", "3221226505", "0xC0000409", "0xc0000409")  # STATUS_STACK_BUFFER_OVERRUN
+_NT_DIVIDE = ("-1073741676", "3221225620", "0xC0000094", "0xc0000094")  # STATUS_INTEGER_DIVIDE_BY_ZERO
+_NT_ILLEGAL = ("-1073741795", "3221225501", "0xC000001D", "0xc000001d", "0xC000001d")
 
 
 def _signal_of(text: str) -> str:
@@ -52,6 +55,12 @@ def _signal_of(text: str) -> str:
         return "heap corruption"
     if any(c in t for c in _NT_ACCESS):
         return "access violation"
+    if any(c in t for c in _NT_FAIL_FAST):
+        return "fail-fast"
+    if any(c in t for c in _NT_DIVIDE):
+        return "divide by zero"
+    if any(c in t for c in _NT_ILLEGAL):
+        return "SIGILL"
     if "SIGBUS" in t or "Bus error" in t or "signal 7" in t or "-7)" in t or "return code = -7" in t:
         return "SIGBUS"
     if "SIGILL" in t or "signal 4" in t:
@@ -91,7 +100,11 @@ def segfault(ctx: CheckContext) -> Iterable[Finding]:
                 "SIGABRT": "an abort (SIGABRT)", "fatal": "a fatal Python error",
                 "access violation": "a Windows access violation (0xC0000005, the SIGSEGV of Windows)",
                 "stack overflow": "a stack overflow (0xC00000FD)",
-                "heap corruption": "heap corruption (0xC0000374)"}.get(str(sig), "a segmentation fault (SIGSEGV)")
+                "heap corruption": "heap corruption (0xC0000374)",
+                "fail-fast": "a fail-fast abort (0xC0000409, STATUS_STACK_BUFFER_OVERRUN: a native library called "
+                             "abort() or detected a corrupted stack)",
+                "divide by zero": "an integer division by zero in native code (0xC0000094, the SIGFPE of Windows)",
+                }.get(str(sig), "a segmentation fault (SIGSEGV)")
         inside = f" in {f['frame']}" if f.get("frame") else ""
         return f"The process died of {what}{inside}{rank_phrase(f)} ({where(hit)})."
 

@@ -40,6 +40,10 @@ from autopsy.parsers.types import Hit, PatternSpec, Traceback
 
 # The last line of an uncaught exception: "ValueError: bad value", "AssertionError", "ZeroDivisionError: ...".
 _LAST_LINE_EXC = regex.compile(r"^\s*(?P<exc_type>(?:[A-Za-z_]\w*\.){0,6}[A-Z]\w*)(?:: (?P<message>\S.*))?\s*$")
+# argparse's exit on a bad command line: "usage: train.py [-h] ..." then "train.py: error: unrecognized arguments:
+# -ws 8" (status 2, no traceback). Read only as a log's last line, with its usage line just above.
+_ARGPARSE_ERROR = regex.compile(r"^\s*(?P<prog>[\w.\-]+(?:\.py)?): error: (?P<message>\S.*?)\s*$")
+_ARGPARSE_USAGE = regex.compile(r"^\s*usage: \S")
 _BUILTIN_EXC = frozenset({"AssertionError", "StopIteration", "KeyboardInterrupt", "SystemExit", "RecursionError",
                           "MemoryError", "EOFError"})
 
@@ -219,6 +223,10 @@ def _headless(ctx: CheckContext, ignore: set[str], min_after: int,
     step = f" at step {lead.step}" if lead.step is not None else ""
     msg = (f"The run died of an uncaught {exc_type.rsplit('.', 1)[-1]}: {message[:200]!r}{step} ({where(lead)}); "
            "the log holds only its last line, not the traceback.")
+    if group(lead, "prog"):
+        facts["program"] = group(lead, "prog")
+        msg = (f"{group(lead, 'prog')} refused its command line and exited with status 2 (argparse): {message[:200]!r}"
+               f"{step} ({where(lead)}); fix the launch command or the options the script defines.")
     return [ctx.finding(msg, key=f"{exc_type.rsplit('.', 1)[-1]}:headless", facts=facts,
                         evidence=evidence_for([lead]), step=lead.step, wall_time=lead.wall_time)]
 
@@ -233,7 +241,13 @@ def _last_line_exceptions(ctx: CheckContext) -> list[Hit]:
         if last is None:
             continue
         m = _LAST_LINE_EXC.match(last[1])
-        if m is not None and _looks_like_exception(m.group("exc_type")):
+        a = _ARGPARSE_ERROR.match(last[1])
+        if a is not None and any(_ARGPARSE_USAGE.match(line) for n, line in scan.tail if last[0] - 4 <= n < last[0]):
+            out.append(Hit(key=f"{ctx.card.id}/last_line_exception", path=scan.path, lineno=last[0], offset=-1,
+                           text=last[1], groups={"exc_type": "argparse.ArgumentError", "message": a.group("message"),
+                                                 "prog": a.group("prog")},
+                           rank=scan.rank, step=scan.last_step))
+        elif m is not None and _looks_like_exception(m.group("exc_type")):
             out.append(Hit(key=f"{ctx.card.id}/last_line_exception", path=scan.path, lineno=last[0], offset=-1,
                            text=last[1], groups={k: v for k, v in m.groupdict().items() if v is not None},
                            rank=scan.rank, step=scan.last_step))

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import regex
 
 from autopsy.checks.series import (
     Series,
@@ -221,6 +222,12 @@ def plateau(ctx: CheckContext) -> Iterable[Finding]:
     below_chance = chance is not None and final < chance * (1 - float(ctx.param("chance_relative_tolerance")))
     if learned or (below_chance and drop_fraction > 0):
         return []  # a converged run: it learned first, then flattened
+    mid = mid_run_start(run, s)
+    if mid is not None:
+        # "never learned much" compares the end with the start of training; an excerpt that begins
+        # late in the run (the last 32 KB of a log) has no start to compare with.
+        raise NotEvaluated(f"the loss series starts mid-run ({mid}): its first points are not the run's initial "
+                           "loss, so a flat end says nothing about whether the run learned")
     facts["mode"] = "stuck"
     chance_txt = f" (ln(V) = {chance:.4g})" if chance is not None else ""
     msg = (f"The loss stopped improving: {final:.4g} at the end vs {initial:.4g} at the start "
@@ -228,6 +235,33 @@ def plateau(ctx: CheckContext) -> Iterable[Finding]:
            f"changes it by {100 * rel_improvement:.2f}%{chance_txt}.")
     return [ctx.finding(msg, key="loss.plateau:stuck", facts=facts, evidence=ev, step=int(win.steps[0]),
                         confidence=Confidence.MEDIUM if chance is None else None)]
+
+
+# "Epoch 198/200", "Epoch: [198/200]", "===Epoch:[117/120]===", "Epoch 10/10", "epoch [3/50]"
+_EPOCH_OF = regex.compile(r"(?i)\bepoch\b\W{0,4}(\d+)\s*/\s*(\d+)")
+
+
+def mid_run_start(run: Run, s: Series) -> str | None:
+    """Why ``s`` begins late in its run (the quote or file starts mid-training), or None.
+
+    Told by the series' own steps (its first logged step is past a tenth of its last), by an
+    ``epoch`` series that starts past epoch 1, or by the first lines of the series' log naming
+    an epoch past the second of several ("Epoch: [198/200]").
+    """
+    first, last = int(s.steps[0]), int(s.steps[-1])
+    if not s.synthetic_steps and first > 10 and first > 0.1 * last:
+        return f"its first logged step is {first} of {last}"
+    ep = load_series(run, "epoch")
+    if ep is not None and ep.path == s.path and len(ep) and float(ep.values[0]) >= 1.0:
+        return f"its log's first epoch value is {float(ep.values[0]):g}"
+    for scan in run.logs:
+        if scan.path != s.path:
+            continue
+        for line in scan.head:
+            m = _EPOCH_OF.search(line)
+            if m and 2 <= int(m.group(1)) <= int(m.group(2)) and int(m.group(2)) > 2:
+                return f"the first lines of {scan.path} are in epoch {m.group(1)}/{m.group(2)}"
+    return None
 
 
 def _model_side(run: Run, keys: Sequence[str]) -> tuple[float | None, ConfigEntry | None]:

@@ -24,7 +24,9 @@ from autopsy.checks.hang import (
 )
 from autopsy.checks.run_state import (
     TERMINATION_EXIT_CODES,
+    Signal,
     cadence_seconds,
+    completion_line,
     end_signals,
     epoch_progress_time,
     exited_cleanly,
@@ -186,7 +188,12 @@ def _norm(path: str) -> str:
 
 # What may follow a setup message in a log that hung there: NCCL's INFO chatter and a bar still at 0.
 # Nothing else - a warning printed after it is a sign the program went on.
-_AFTER_SETUP = regex.compile(r"NCCL INFO|^\s*(?:\w[\w ]{0,40}:\s*)?0%\|[^|]{0,200}\|\s*0/\d+ ")
+# Lines that may follow a setup message without being the next stage: NCCL INFO, a bar at 0, a rule
+# of dashes or equals signs, the HF Trainer's "***** Running training *****" block.
+_AFTER_SETUP = regex.compile(
+    r"NCCL INFO|^\s*(?:\w[\w ]{0,40}:\s*)?0%\|[^|]{0,200}\|\s*0/\d+ |^[\W_]+$"
+    r"|^\s+(?:Num examples|Num Epochs|Instantaneous batch size|Total train batch size|Gradient Accumulation steps"
+    r"|Total optimization steps|Number of trainable parameters)\b")
 
 
 def stalled(ctx: CheckContext) -> Iterable[Finding]:
@@ -290,7 +297,7 @@ def incomplete(ctx: CheckContext) -> Iterable[Finding]:
     hits.sort(key=lambda nh: (nh[1].path, nh[1].lineno))
     last, planned = run.last_step, run.max_steps
     signals = end_signals(run)
-    errors = [s for s in signals if not s.termination]
+    errors = [s for s in signals if not s.termination and not _outlived(s, signals)]
     if errors:
         return []  # an error explains the end: the crash rules say which
     term_codes = [(p, c) for p, c in run.exit_codes if c in TERMINATION_EXIT_CODES]
@@ -323,6 +330,8 @@ def incomplete(ctx: CheckContext) -> Iterable[Finding]:
         how = "it exited with status 0 (the loop ended early: epochs vs max_steps, a break, an exhausted dataset)"
         confidence = Confidence.MEDIUM
     else:
+        if completion_line(run) is not None:
+            return []  # the program said its training finished: a short count is the plan's, not the run's
         t_prog, t_src = epoch_progress_time(run)
         idle = seconds_since_progress(run)
         if idle is None:
@@ -345,6 +354,19 @@ def incomplete(ctx: CheckContext) -> Iterable[Finding]:
     key = f"run.incomplete:{facts.get('termination', 'unknown')}"
     return [ctx.finding(f"The run ended {done}: {how}{resume}.", key=key,
                         facts=facts, evidence=ev, confidence=confidence, step=last)]
+
+
+def _outlived(sig: Signal, signals: list[Signal]) -> bool:
+    """A bare error line (no traceback) that a later termination line of the same log follows.
+
+    The program went on after it (a job script's ``conda activate`` CommandNotFoundError, a
+    warning-level error a library printed) and was then stopped from outside: the error did not
+    end the run, the termination did.
+    """
+    if sig.kind != "error_line" or sig.evidence.line is None:
+        return False
+    return any(t.termination and t.kind == "termination" and t.evidence.path == sig.evidence.path
+               and t.evidence.line is not None and t.evidence.line > sig.evidence.line for t in signals)
 
 
 def _maybe_running(ctx: CheckContext, t_prog: float, t_src: str) -> list[Finding]:

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import regex
 
 from autopsy.clock import ERROR_LINE, TERMINATION_LINE
 from autopsy.model import ArtifactKind, Evidence
@@ -24,6 +25,28 @@ from autopsy.run import Run
 TERMINATION_EXIT_CODES = frozenset({143, -15, 15, 130, -2})
 # Exceptions that are how a stop request surfaces in Python, not errors of the program.
 TERMINATION_EXCEPTIONS = ("KeyboardInterrupt", "SignalException", "SystemExit")
+
+
+# What a training program prints once its loop is over: it ended by itself, not cut short. Read only
+# in a log's last lines. ("Training completed in 1191.66 seconds", "Finish training: the best ...",
+# "=====Training Finished.", "Training complete!", "done training in 812.3 seconds" (fairseq),
+# "`Trainer.fit` stopped: `max_epochs=10` reached." (Lightning), "Optimization Finished!" (TF examples),
+# "Optimization Done." (Caffe), "10 epochs completed in 1.234 hours." (ultralytics))
+COMPLETION_LINE = regex.compile(
+    r"(?i:\b(?:training|fine-?tuning)\s+(?:is\s+|has\s+)?(?:completed?|finished|done|ended)\b"
+    r"|\b(?:finish(?:ed)?|done|end of|completed?)\s+(?:the\s+)?training\b(?!\s+steps?\b)"
+    r"|\boptimization (?:finished|done)\b|\d+ epochs completed in\b)"
+    r"|`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached"
+)
+
+
+def completion_line(run: Run) -> Evidence | None:
+    """The last line of a log's tail saying training finished, or None."""
+    for scan in run.logs:
+        for lineno, line in reversed(scan.tail):
+            if COMPLETION_LINE.search(line) and not ERROR_LINE.search(line.strip()):
+                return _tail_evidence(scan, lineno, line)
+    return None
 
 
 @dataclass(frozen=True)
