@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from autopsy.metrics import DATA_TIME, STEP_TIME, canonical_metric, split_of
 from autopsy.parsers.metric_styles import Style, styles
@@ -63,6 +64,7 @@ _RANK_LABEL = re.compile(r"^(?:\[#\]|#:)\s+")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
+@lru_cache(maxsize=4096)  # a log repeats its keys on every line
 def metric_like(key: str) -> bool:
     """Does a key name a measured quantity (loss, accuracy, lr, a norm, a score...)? Not prose
     around a number ("reducing loss scale to", "Skipping step. Attempted loss scale") nor a
@@ -74,6 +76,7 @@ def metric_like(key: str) -> bool:
     return canonical_metric(key) is not None or bool(_METRIC_WORD.search(key)) or split_of(key) != ""
 
 
+@lru_cache(maxsize=4096)
 def timing_key(key: str) -> bool:
     """Seconds and clocks (``time``, ``data``, ``eta``, ``wall``): what they time is a style's
     knowledge (per step? since the start?), so the generic reader leaves them out."""

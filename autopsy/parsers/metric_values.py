@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 # Value spellings. The tensor/np wrappers keep their number as group "v".
 _BARE = (r"[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?"
@@ -85,9 +86,18 @@ def to_float(raw: str) -> float | None:
         return None
 
 
+@lru_cache(maxsize=8)
 def mask(text: str) -> str:
-    """``text`` with timestamps, dates, versions, paths and hashes blanked (same length)."""
-    return _MASKS.sub(lambda m: " " * len(m.group()), text)
+    """``text`` with timestamps, dates, versions, paths and hashes blanked (same length).
+
+    Cached for the last few lines: the reader masks one line up to four times (its template,
+    its step, its split, its pairs), and on a progress bar redrawn every step that was half
+    the cost of reading it."""
+    return _MASKS.sub(_blank, text)
+
+
+def _blank(m: re.Match[str]) -> str:
+    return " " * len(m.group())
 
 
 # One cell of a "|"-separated line holding one pair: the key is all before the value (Megatron's
@@ -97,21 +107,23 @@ _CELL = re.compile(r"\s*(?P<k>[A-Za-z_][\w.\-/]*(?:\s+[A-Za-z_][\w.\-/]*)*?)"
                    + r"(?P<unit>ms|us|µs|min|s|%)?\s*")
 
 
-def pairs(text: str, start: int = 0) -> list[tuple[str, float]]:
+def pairs(text: str, start: int = 0, *, masked: bool = False) -> list[tuple[str, float]]:
     """Every ``name value`` pair of ``text`` from ``start``, masked values left out, units read
     (``120ms`` -> 0.12 s; ``%`` kept as printed). Step-axis pairs are included: see :func:`step_of`.
-    A key ending in a prose word ("number of" before "nan iterations") is no key."""
-    masked = mask(text) if any(c.isdigit() for c in text) else text
+    A key ending in a prose word ("number of" before "nan iterations") is no key. ``masked``: the
+    text is :func:`mask`'s output already."""
+    if not masked:
+        text = mask(text) if any(c.isdigit() for c in text) else text
     out: list[tuple[str, float]] = []
-    if masked.count("|", start) >= 2:
-        for cell in masked[start:].split("|"):
+    if text.count("|", start) >= 2:
+        for cell in text[start:].split("|"):
             m = _CELL.fullmatch(cell)
             if m is not None:
                 _add(out, m)
             elif cell.strip():
-                out.extend(pairs(cell))
+                out.extend(pairs(cell, masked=True))
         return out
-    for m in _PAIR.finditer(masked, start):
+    for m in _PAIR.finditer(text, start):
         _add(out, m)
     return out
 
