@@ -20,6 +20,12 @@ from autopsy.model import Artifact, ArtifactKind, ParseStatus
 from autopsy.parsers.metric_tables import sniff_table_head
 from autopsy.parsers.tracker_stores import sniff_mlflow_metric
 
+# Notes of a symlink to a file or directory of the run: its content is read under the target's
+# name, so the link itself is not a file left unread (reports do not list it as one).
+READ_UNDER_TARGET = "(read under that name)"
+WALKED_UNDER_TARGET = "(walked under that name)"
+ALIAS_NOTES = (READ_UNDER_TARGET, WALKED_UNDER_TARGET)
+
 DEFAULT_MAX_DEPTH = 12
 DEFAULT_MAX_FILES = 200_000
 SNIFF_BYTES = 512
@@ -127,6 +133,21 @@ def looks_binary(head: bytes) -> bool:
     return control > len(head) // 25
 
 
+# What a weights/state file named .bin starts with: a torch zip (PK), a legacy torch pickle
+# (protocol 2+: 0x80), GGML/GGUF magic; a safetensors file under that name has its JSON header at 8.
+_BIN_MAGIC = (b"PK\x03\x04", b"PK\x05\x06", b"\x80", b"ggml", b"ggjt", b"ggmf", b"ggla", b"GGUF")
+
+
+def _raw_data_bin(head: bytes) -> bool:
+    """A ``.bin`` whose first bytes are none of a weights file's: a raw array (token ids), not a
+    checkpoint. An empty or zeroed head stays a checkpoint file, so that damage is reported."""
+    if not head or not any(head):
+        return False
+    if head.startswith(_BIN_MAGIC):
+        return False
+    return not (len(head) >= 10 and head[8:10] == b'{"')
+
+
 def classify(rel_path: str, head: bytes | None) -> tuple[ArtifactKind, str | None]:
     """Decide the kind (and sub-kind) of one file from its relative path and first bytes."""
     name = rel_path.rsplit("/", 1)[-1]
@@ -141,6 +162,8 @@ def classify(rel_path: str, head: bytes | None) -> tuple[ArtifactKind, str | Non
     metric = _metric_file(rel_path, lower, suffix, head)
     if metric is not None:
         return ArtifactKind.METRICS, metric
+    if suffix == ".bin" and head is not None and _raw_data_bin(head):
+        return ArtifactKind.OTHER, "data"  # nanoGPT's train.bin/val.bin, Megatron's .bin+.idx: token arrays
     if suffix in _WEIGHT_SUFFIXES:
         return ArtifactKind.CHECKPOINT_FILE, suffix.lstrip(".")
     if suffix in (".h5", ".hdf5") and _H5_CHECKPOINT.search(lower):
@@ -245,8 +268,17 @@ def _refine_trackers(artifacts: list[Artifact]) -> list[Artifact]:
                         runs.add(run)
     if not runs:
         return artifacts
+    # An experiment's own meta.yaml (``mlruns/<exp>/meta.yaml``, the Default experiment's
+    # ``mlruns/0/meta.yaml``) is MLflow's bookkeeping (ids, creation times), not the run's settings.
+    stores = {run.rsplit("/", 2)[0] if run.count("/") >= 2 else "" for run in runs if "/" in run}
     out = []
     for a in artifacts:
+        folder = a.path[: -len("/meta.yaml")] if a.path.endswith("/meta.yaml") else None
+        if folder is not None and folder not in runs and folder.count("/") >= 1 \
+                and folder.rsplit("/", 1)[0] in stores:
+            out.append(replace(a, kind=ArtifactKind.OTHER, detail="mlflow_experiment", status=ParseStatus.SKIPPED,
+                               note=None))
+            continue
         for run in runs:
             prefix = f"{run}/" if run else ""
             if not a.path.startswith(prefix) or a.status is ParseStatus.UNREADABLE:
@@ -255,8 +287,9 @@ def _refine_trackers(artifacts: list[Artifact]) -> list[Artifact]:
             if rest.startswith("params/"):
                 a = replace(a, kind=ArtifactKind.CONFIG, detail="mlflow_param", status=ParseStatus.OK, note=None)
             elif rest.startswith("tags/"):
-                a = replace(a, kind=ArtifactKind.OTHER, detail="mlflow_tag", status=ParseStatus.SKIPPED,
-                            note="MLflow run tag (not a setting)")
+                # a run tag (mlflow.user, mlflow.source.name) is not a setting: skipped as a script is,
+                # with no note, so reports do not list it among files left unread
+                a = replace(a, kind=ArtifactKind.OTHER, detail="mlflow_tag", status=ParseStatus.SKIPPED, note=None)
             elif rest == "meta.yaml":
                 a = replace(a, detail="mlflow_meta")
             break
@@ -327,7 +360,7 @@ def _walk(root: Path, limits: WalkLimits, problems: list[str]) -> Iterator[Artif
                     # is read under its own name; reading both would count every line twice.
                     target_rel = os.path.relpath(target, root_real).replace(os.sep, "/")
                     yield Artifact(rel, ArtifactKind.OTHER, st.st_size, st.st_mtime, ParseStatus.SKIPPED,
-                                   f"symlink to {target_rel} (read under that name)")
+                                   f"symlink to {target_rel} {READ_UNDER_TARGET}")
                     continue
                 here = os.path.realpath(dir_path)
                 if not (here == target or here.startswith(target + os.sep)):
@@ -336,7 +369,7 @@ def _walk(root: Path, limits: WalkLimits, problems: list[str]) -> Iterator[Artif
                     # the link moves to the next run, and nothing is read twice.
                     target_rel = os.path.relpath(target, root_real).replace(os.sep, "/")
                     yield Artifact(rel, ArtifactKind.OTHER, 0, st.st_mtime, ParseStatus.SKIPPED,
-                                   f"symlink to {target_rel}/ (walked under that name)")
+                                   f"symlink to {target_rel}/ {WALKED_UNDER_TARGET}")
                     continue
             if stat.S_ISDIR(st.st_mode):
                 if entry.name in _SKIP_DIRS:

@@ -88,6 +88,7 @@ def scalars_frame(tfevents: Sequence[tuple[str, pd.DataFrame]], trainer_state: T
         df["split"] = given.where(given.notna() & (given != ""), by_tag).astype(object)
     else:
         df["split"] = by_tag
+    _twins_are_train(df)
     # a "loss" the file put in a validation/test row (mmcv's {"mode": "val", "loss": ...}) is
     # the eval loss: rules asking for the train loss must not get it
     held_out = (df["metric"] == "loss") & df["split"].isin(("eval", "val", "test"))
@@ -129,7 +130,9 @@ def best_series(scalars: pd.DataFrame, metric: str, *, source: str | None = None
         sel = sel.sort_values(["step", "wall_time"], kind="stable")
     else:
         sel = sel.sort_values("step", kind="stable") if sel["step"].notna().any() else sel
-    return sel.drop_duplicates(subset=["step", "rank"], keep="last") if sel["step"].notna().all() else sel
+    # Duplicates are the same tag re-logged at a step (a restart); two tags of one metric at a step
+    # (Lightning's train_loss_step and train_loss_epoch) are two series, one chosen by the caller.
+    return sel.drop_duplicates(subset=["step", "rank", "tag"], keep="last") if sel["step"].notna().all() else sel
 
 
 def positions_by_value(column: pd.Series) -> dict[str, Any]:
@@ -228,6 +231,29 @@ def _log_series_frame(scan: Any) -> pd.DataFrame:
         "value": np.frombuffer(series.value, dtype=np.float64),
         "rank": rank,
     })
+
+
+def _twins_are_train(df: pd.DataFrame) -> None:
+    """An unprefixed series whose val/eval/test twin is in the same file is the train split (Keras'
+    ``loss`` beside ``val_loss`` on a console line, TensorBoard's ``loss`` beside ``eval/loss``):
+    the rule :func:`~autopsy.parsers.metric_tables.column_splits` applies to a table's columns,
+    applied to every source. In place; rows with a split already are left as they are."""
+    from autopsy.parsers.metric_tables import column_splits
+
+    unsplit = df["split"] == ""
+    if not unsplit.any():
+        return
+    pairs = df[["path", "tag"]].astype(str).drop_duplicates()
+    train: list[tuple[str, str]] = []
+    for path, tags in pairs.groupby("path", sort=False)["tag"]:
+        got = column_splits(tags.tolist())
+        train.extend((str(path), t) for t, sp in got.items() if sp == "train" and not split_of(t))
+    if not train:
+        return
+    import pandas as pd
+
+    key = pd.MultiIndex.from_arrays([df["path"].astype(str), df["tag"].astype(str)])
+    df.loc[unsplit & key.isin(train), "split"] = TRAIN
 
 
 def _empty_scalars() -> pd.DataFrame:

@@ -42,7 +42,9 @@ TFEVENTS_HEAD = struct.pack("<Q", 24) + b"\0" * 4 + b"\x09" + b"\0" * 8 + b"\x1a
     ],
 )
 def test_classify_by_name(path: str, kind: ArtifactKind, detail: str | None) -> None:
-    assert classify(path, b"hello\n") == (kind, detail)
+    # a .bin is judged by its first bytes too (a raw token array is data): give it a torch zip's
+    head = b"PK\x03\x04" + bytes(26) if path.endswith(".bin") else b"hello\n"
+    assert classify(path, head) == (kind, detail)
 
 
 def test_event_file_named_txt_is_sniffed() -> None:
@@ -152,3 +154,42 @@ def test_directory_symlink_inside_the_run_is_walked_under_its_real_name(tmp_path
     assert found["wandb/latest-run"].status is ParseStatus.SKIPPED
     assert "walked under that name" in (found["wandb/latest-run"].note or "")
     assert not any(p.startswith("wandb/latest-run/") for p in found)
+
+
+def test_links_read_under_their_target_name_are_not_files_left_unread(tmp_path: Path) -> None:
+    # W&B leaves wandb/latest-run and wandb/debug.log as links into the run folder: reading the
+    # target is reading them, so the verdict must not say "files not fully read" for them
+    import autopsy
+    from autopsy.report.common import clean_verdict, notable_artifacts
+
+    real = tmp_path / "wandb" / "run-20240501_100000-abc123"
+    (real / "logs").mkdir(parents=True)
+    (real / "logs" / "debug.log").write_text("2024-05-01 10:00:00,000 INFO wandb.init called\n")
+    (real / "files").mkdir()
+    (real / "files" / "output.log").write_text("step 1 | loss 2.0\nstep 2 | loss 1.9\n")
+    (tmp_path / "wandb" / "latest-run").symlink_to("run-20240501_100000-abc123")
+    (tmp_path / "wandb" / "debug.log").symlink_to("run-20240501_100000-abc123/logs/debug.log")
+    (real / "logs" / "debug-core.log").symlink_to("/nonexistent/outside/core-debug.log")
+    report = autopsy.analyze(tmp_path)
+    listed = [a.path for a, _ in notable_artifacts(report)]
+    assert "wandb/latest-run" not in listed and "wandb/debug.log" not in listed
+    # a link out of the run is not read at all: that one is still listed
+    assert listed == ["wandb/run-20240501_100000-abc123/logs/debug-core.log"]
+    assert "1 file not fully read" in clean_verdict(report)[1]
+
+
+@pytest.mark.parametrize("name,head,kind", [
+    # nanoGPT's data/<dataset>/train.bin: uint16 token ids (generated: fixtures/runs/nanogpt_clean)
+    ("data/tiny_char/train.bin", bytes([17, 0, 4, 0, 1, 0, 22, 0, 9, 0] * 20), ArtifactKind.OTHER),
+    ("data/owt/val.bin", bytes(range(1, 200)), ArtifactKind.OTHER),
+    # weights and state under .bin: torch zip, legacy torch pickle, safetensors, GGML
+    ("pytorch_model.bin", b"PK\x03\x04\x00\x00\x08\x08" + bytes(40), ArtifactKind.CHECKPOINT_FILE),
+    ("checkpoint_1/optimizer.bin", b"\x80\x02\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19.", ArtifactKind.CHECKPOINT_FILE),
+    ("adapter_model.bin", b"\x10\x01\x00\x00\x00\x00\x00\x00{\"__metadata__\"", ArtifactKind.CHECKPOINT_FILE),
+    ("ggml-model-q4_0.bin", b"ggjt\x01\x00\x00\x00", ArtifactKind.CHECKPOINT_FILE),
+    # a zeroed or empty one is a damaged checkpoint file, judged as such
+    ("checkpoint-100/pytorch_model.bin", bytes(512), ArtifactKind.CHECKPOINT_FILE),
+    ("checkpoint-100/pytorch_model.bin", b"", ArtifactKind.CHECKPOINT_FILE),
+])
+def test_a_bin_file_is_a_checkpoint_only_when_it_starts_like_one(name: str, head: bytes, kind: ArtifactKind) -> None:
+    assert classify(name, head)[0] is kind

@@ -46,6 +46,28 @@ def test_quoted_non_numbers_are_not_values():
     assert keys == ["loss"] and values == [2.5] and step is None
 
 
+# W&B's logs/debug.log (wandb 0.31, generated: fixtures/runs/wandb_clean) prints the run's config
+# as a dict; a settings dict introduced as such is not a logged step, whatever its keys.
+@pytest.mark.parametrize("line", [
+    "config: {'learning_rate': 0.05, 'max_steps': 60, 'batch_size': 32, 'optimizer': 'adamw', '_wandb': {}}",
+    "hparams = {'lr': 0.001, 'loss_weight': 0.5}",
+    "INFO:root:args: {'learning_rate': 3e-4, 'epochs': 10}",
+])
+def test_a_dict_introduced_as_configuration_is_not_metrics(line: str) -> None:
+    assert parse_dict_record(line) is None
+    assert not scan_text(line + "\n" + line + "\n").series
+
+
+@pytest.mark.parametrize("line", [
+    "{'loss': 2.0491, 'learning_rate': 0.0001961913563176343, 'epoch': 0.28}",
+    "[2024-01-02 10:00:00] train metrics: {'loss': 1.5, 'lr': 0.01}",
+    "my_config_run step 5 {'loss': 1.5}",
+])
+def test_a_metrics_dict_after_other_words_is_still_read(line: str) -> None:
+    rec = parse_dict_record(line)
+    assert rec is not None and rec[0][0] == "loss"
+
+
 @pytest.mark.parametrize("line", [
     "{'loss': 2.3, 'step': 400, 'learning_rate': 1e-4}",
     '{"loss": 2.3, "step": 400, "learning_rate": 1e-4}',

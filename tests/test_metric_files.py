@@ -87,8 +87,9 @@ def test_keras_csvlogger_named_log_is_a_table_not_a_log(tmp_path: Path) -> None:
     (tmp_path / "training.log").write_text(KERAS_CSV)
     assert _kinds(tmp_path)["training.log"][:2] == ("metrics", "csv")
     rows = _rows(tmp_path, "training.log")
-    assert ("loss", 1, 0.65, "train", "loss") in rows
-    assert ("val_loss", 0, 0.70, "val", "eval_loss") in rows
+    # CSVLogger numbers epochs from 0; a row is read at the epochs done (the console's "Epoch 2/N")
+    assert ("loss", 2, 0.65, "train", "loss") in rows
+    assert ("val_loss", 1, 0.70, "val", "eval_loss") in rows
 
 
 def test_ultralytics_padded_headers(tmp_path: Path) -> None:
@@ -181,6 +182,24 @@ def test_mlflow_file_store(tmp_path: Path) -> None:
     assert run.config_value("learning_rate").value == 0.5
     assert run.config_value("learning_rate").source == "mlflow"
     assert run.config_value("run_status").value == "FAILED"
+
+
+def test_mlflow_experiment_meta_and_tags_are_bookkeeping(tmp_path: Path) -> None:
+    # mlflow 3.17 writes mlruns/<exp>/meta.yaml (ids, creation_time) and mlruns/0/meta.yaml for
+    # the Default experiment: not the run's settings (a diff of two runs would list creation_time)
+    _mlflow_run(tmp_path)
+    (tmp_path / "mlruns" / "1" / "meta.yaml").write_text("artifact_location: file:///x/mlruns/1\n"
+                                                         "creation_time: 1700000000000\nname: tiny\n")
+    (tmp_path / "mlruns" / "0").mkdir()
+    (tmp_path / "mlruns" / "0" / "meta.yaml").write_text("creation_time: 1699999999999\nname: Default\n")
+    kinds = _kinds(tmp_path)
+    assert kinds["mlruns/1/meta.yaml"][:3] == ("other", "mlflow_experiment", "skipped")
+    assert kinds["mlruns/0/meta.yaml"][:3] == ("other", "mlflow_experiment", "skipped")
+    assert kinds["mlruns/1/" + "a" * 32 + "/meta.yaml"][:2] == ("config", "mlflow_meta")
+    run = load_run(tmp_path)
+    assert run.config_value("creation_time") is None and run.config_value("name") is None
+    arts = {a.path: a for a in run.artifact_list}
+    assert arts["mlruns/1/" + "a" * 32 + "/tags/mlflow.runName"].note is None  # not "left unread"
 
 
 def test_mlflow_bad_and_cut_lines(tmp_path: Path) -> None:

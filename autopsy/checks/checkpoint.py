@@ -280,7 +280,8 @@ def corrupt(ctx: CheckContext) -> Iterable[Finding]:
         elif newer_valid:
             instead = f"a newer valid checkpoint exists: {latest_valid.path}"
         else:
-            instead = f"resume from {latest_valid.path} (step {latest_valid.step}) instead"
+            at = f" (step {latest_valid.step})" if latest_valid.step is not None else ""
+            instead = f"resume from {latest_valid.path}{at} instead"
         # An old checkpoint with a valid newer one costs no work: resuming is unaffected, so it is
         # reported (INFO) but never the run's primary over what stopped it (a time limit, a crash).
         severity = Severity.INFO if newer_valid and not is_newest else Severity.ERROR

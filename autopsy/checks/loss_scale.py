@@ -265,9 +265,13 @@ def _ev(h: Hit) -> Evidence:
 
 # ----------------------------------------------------------------------------- stopped on NaN
 
-def nan_stop(ctx: CheckContext, names: Sequence[str]) -> list[Finding]:
+def nan_stop(ctx: CheckContext, names: Sequence[str], *, series_step: int | None = None) -> list[Finding]:
     """The framework itself stopped on a non-finite loss (TF NanTensorHook, Keras TerminateOnNaN), told by
-    the card's patterns ``names``: the run ended there, so the finding is critical, whatever series were logged."""
+    the card's patterns ``names``: the run ended there, so the finding is critical, whatever series were logged.
+
+    ``series_step``: the first non-finite step of a logged loss series, the step of the stop when its
+    line states none (Keras prints only the batch within the epoch), so that the recovery can tell
+    the checkpoints saved after it."""
     hits = sorted((h for n in names for h in ctx.hits.get(n, ())), key=lambda h: (h.path, h.lineno))
     if not hits:
         return []
@@ -278,11 +282,12 @@ def nan_stop(ctx: CheckContext, names: Sequence[str]) -> list[Finding]:
         value = lead.groups.get(g)
         if value is not None and value.isdigit():
             facts[g] = int(value)
-    if lead.step is not None:
-        facts.setdefault("step", lead.step)
+    step = lead.step if lead.step is not None else series_step
+    if step is not None:
+        facts.setdefault("step", step)
     at = f" at step {facts['step']}" if "step" in facts else ""
     msg = (f"The loss became NaN{at} and {facts['stopped_by']} stopped training ({lead.path}:{lead.lineno}): "
            "lower the learning rate, check the inputs and labels for NaN/Inf, clip gradients.")
     ev = [Evidence(path=h.path, line=h.lineno, excerpt=h.text.strip()[:300], rank=h.rank) for h in hits[:3]]
     return [ctx.finding(msg, key="loss.nonfinite:stopped", facts=facts, evidence=ev, severity=Severity.CRITICAL,
-                        step=lead.step, wall_time=lead.wall_time)]
+                        step=step if isinstance(step, int) else None, wall_time=lead.wall_time)]

@@ -89,11 +89,20 @@ def nonfinite(ctx: CheckContext) -> Iterable[Finding]:
     collapse = scale_collapse(ctx, SCALER_PATTERNS)
     loss = load_series(run, LOSS)
     gnorm = load_series(run, "grad_norm")
-    stopped = nan_stop(ctx, ("tf_nan_loss", "keras_terminate_nan"))  # the framework stopped on a NaN loss
     others = loss_like_series(run, skip=[(loss.source, loss.tag)] if loss is not None else [])
-    if loss is not None:  # the training loss of another source is a copy of the one judged above
+    # Another series of the training loss (a copy in another source, Lightning's train_loss_epoch
+    # beside train_loss_step) is named on the training loss's finding when that one fires too, not
+    # reported again; a copy non-finite while the judged loss is finite is reported on its own.
+    loss_copies: list[str] = []
+    if loss is not None and not np.isfinite(loss.values).all():
+        loss_copies = _unique(s.tag for s in others
+                              if s.metric == LOSS and s.tag != loss.tag and not np.isfinite(s.values).all())
+        others = [s for s in others if s.metric != LOSS]
+    elif loss is not None:  # a copy of the training loss in another source repeats the same values
         others = [s for s in others if s.metric != LOSS or s.source == loss.source]
+    stop_names = ("tf_nan_loss", "keras_terminate_nan")  # the framework stopped on a NaN loss
     if loss is None and gnorm is None and not others:
+        stopped = nan_stop(ctx, stop_names)
         if collapse or stopped or any(ctx.hits.get(n) for n in SCALER_PATTERNS.labels):
             return [*collapse, *stopped]  # the scaler's / the framework's lines were read: evaluated
         raise NotEvaluated(_missing(run))
@@ -102,7 +111,8 @@ def nonfinite(ctx: CheckContext) -> Iterable[Finding]:
     for s in (loss, gnorm):
         if s is None:
             continue
-        f = _judge(ctx, s, key=f"loss.nonfinite:{s.metric}", loss_ok=loss_ok)
+        f = _judge(ctx, s, key=f"loss.nonfinite:{s.metric}", loss_ok=loss_ok,
+                   also=loss_copies if s is loss else None)
         if f is not None:
             out.append(f)
     # Other loss-like series: one finding per group (train-side components, evaluation splits).
@@ -114,11 +124,13 @@ def nonfinite(ctx: CheckContext) -> Iterable[Finding]:
             groups.setdefault(group, []).append((s, int(np.argmax(bad))))
     for group, found in sorted(groups.items()):
         found.sort(key=lambda sf: (int(sf[0].steps[sf[1]]), sf[0].tag))
-        f = _judge(ctx, found[0][0], key=f"loss.nonfinite:{group}", loss_ok=False,
-                   also=[s.tag for s, _ in found[1:]])
+        first = found[0][0]  # the same tag in another source (CSV and TensorBoard) is a copy, not another series
+        f = _judge(ctx, first, key=f"loss.nonfinite:{group}", loss_ok=False,
+                   also=_unique(s.tag for s, _ in found[1:] if s.tag != first.tag))
         if f is not None:
             out.append(f)
-    out.extend(stopped)
+    first_bad = [f.step for f in out[len(collapse):] if f.step is not None]  # the series' findings
+    out.extend(nan_stop(ctx, stop_names, series_step=min(first_bad) if first_bad else None))
     return out
 
 
@@ -194,6 +206,11 @@ def _missing(run: Run) -> str:
     seen = f"; series read: {', '.join(read)}" if read else "; no metric series was read from any file"
     return ("no loss or grad_norm series found (nor an eval/validation or component loss), and no fp16 "
             f"loss-scaler lines{seen}")
+
+
+def _unique(tags: Iterable[str]) -> list[str]:
+    """``tags`` without repeats, in order."""
+    return list(dict.fromkeys(tags))
 
 
 def _longest_run(mask: np.ndarray) -> int:

@@ -31,6 +31,7 @@ from autopsy.checks.run_state import (
     epoch_progress_time,
     exited_cleanly,
     progress_artifact_mtime,
+    reached_plan,
     seconds_since_progress,
 )
 from autopsy.checks.series import as_bool, cite, config_entry, config_evidence
@@ -213,7 +214,7 @@ def stalled(ctx: CheckContext) -> Iterable[Finding]:
             return [setup_stall_finding(ctx, ended_on_setup)]
     if last is None:
         raise NotEvaluated("no training step found in any artifact")
-    if planned is not None and last >= planned:
+    if reached_plan(run):
         return []
     if end_signals(run) or run.exit_codes:
         return []  # it ended, and the end left a trace: other rules (or run.incomplete) say how
@@ -304,7 +305,7 @@ def incomplete(ctx: CheckContext) -> Iterable[Finding]:
     clean = exited_cleanly(run)
     if planned is None and not hits and not term_codes:
         raise NotEvaluated("no planned step count (max_steps) and no termination line")
-    if planned is not None and last is not None and last >= planned:
+    if reached_plan(run):
         return []
     facts: dict[str, object] = {"last_step": last, "max_steps": planned}
     if planned and last is not None:

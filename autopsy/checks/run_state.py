@@ -154,3 +154,29 @@ def cadence_seconds(run: Run) -> float | None:
             med = float(np.median(d))
             best = med if best is None else min(best, med)
     return best
+
+
+def reached_plan(run: Run) -> bool:
+    """The run's last step reached its planned length (``run.max_steps``).
+
+    A loop ``for step in range(max_steps)`` that logs its loop index numbers its steps from 0:
+    its last step is ``max_steps - 1`` when every planned step ran (MLflow ``log_metric(step=i)``,
+    ``wandb.log(step=i)``, a SummaryWriter). That counts as reached when a metric series of the
+    run starts at step 0 and ends at that last step.
+    """
+    last, planned = run.last_step, run.max_steps
+    if last is None or planned is None:
+        return False
+    if last >= planned:
+        return True
+    if last != planned - 1:
+        return False
+    df = run.scalars
+    if df.empty:
+        return False
+    rows = df[df["step"].notna()]
+    for _, grp in rows.groupby(["source", "path", "tag"], observed=True):
+        steps = grp["step"]
+        if int(steps.min()) == 0 and int(steps.max()) == last:
+            return True
+    return False

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autopsy.parsers.log_store import _NO_STEP, MAX_SERIES_POINTS, MAX_STEP, SeriesStore, point
+from autopsy.parsers.metric_values import settings_dict_head
 
 __all__ = ["MAX_SERIES_POINTS", "MAX_STEP", "_NO_STEP", "SeriesStore", "point"]  # re-exported: they lived here
 
@@ -56,7 +57,7 @@ def parse_dict_record(text: str) -> tuple[list[str], list[float], int | None] | 
     ``float()`` accepts, so no try/except per value.
     """
     brace = text.find("{")
-    if brace < 0:
+    if brace < 0 or (brace and settings_dict_head(text, brace)):
         return None
     pairs = _DICT_KV.findall(text, brace)
     if not pairs:

@@ -33,6 +33,7 @@ from autopsy.parsers.metric_values import (
     is_step_key,
     mask,
     pairs,
+    settings_dict_head,
     split_word,
     step_of,
     to_float,
@@ -85,8 +86,12 @@ def timing_key(key: str) -> bool:
 
 
 def config_like(text: str) -> bool:
-    """A configuration line: ``Namespace(``, or two or more ``key=text``/``key=True`` settings."""
-    return "Namespace(" in text or len(_CONFIG_LIKE.findall(text)) >= 2 or bool(_CONFIG_KEY.search(text))
+    """A configuration line: ``Namespace(``, two or more ``key=text``/``key=True`` settings, or a dict
+    introduced as settings (``config: {...}``)."""
+    if "Namespace(" in text or len(_CONFIG_LIKE.findall(text)) >= 2 or _CONFIG_KEY.search(text):
+        return True
+    brace = text.find("{")
+    return brace > 0 and settings_dict_head(text, brace)
 
 
 def template(text: str) -> str:

@@ -7,7 +7,8 @@ often named ``training.log``), ultralytics ``results.csv`` (padded headers), tim
 ``*.jsonl``), a Keras ``history.history`` dumped as one JSON object of lists.
 
 The reading is generic: the step axis is the first column named like a step (``step``,
-``global_step``, ``iter``, ``iteration``, ``epoch``...), a wall-time column is used only when
+``global_step``, ``iter``, ``iteration``, ``epoch``...; an ``epoch`` axis numbered from 0 is read
+as epochs done, 1 for the first row), a wall-time column is used only when
 its values look like Unix times, and every other column holding numbers is a series. The
 split of each series (train / eval / val / test) comes from its name (``val_loss``,
 ``train/box_loss``); an unprefixed column whose prefixed twin exists (Keras' ``loss`` beside
@@ -183,6 +184,11 @@ def _table_rows(reader: Any, header: list[str], rows: MetricRows, state: dict[st
     splits = column_splits(header)
     skip = {step_col, wall_col, split_col}
     n_cols = len(header)
+    # An epoch-only axis numbered from 0 (Keras' CSVLogger, timm's summary.csv) indexes the epoch
+    # whose end the row measures: the row is read at epoch + 1 epochs done, the number the console
+    # prints ("Epoch 1/5") and checkpoints carry (model_01.keras). A 1-based one (ultralytics) is kept.
+    by_epoch = step_col is not None and lower[step_col] == "epoch"
+    shift: int | None = None if by_epoch else 0
     pending_bad: str | None = None  # a short row is damage unless it is the file's cut last line
     try:
         for record in reader:
@@ -196,6 +202,10 @@ def _table_rows(reader: Any, header: list[str], rows: MetricRows, state: dict[st
                 continue
             rows.rows_read += 1
             step = _as_step(record[step_col]) if step_col is not None else rows.rows_read - 1
+            if shift is None and step is not None:
+                shift = 1 if step == 0 else 0
+            if shift and step is not None:
+                step += shift
             wall = wall_seconds(to_float(record[wall_col])) if wall_col is not None else math.nan
             row_split = _SPLIT_NAMES.get(record[split_col].strip().lower(), "") if split_col is not None else ""
             for i, cell in enumerate(record):

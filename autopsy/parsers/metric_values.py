@@ -191,3 +191,14 @@ def split_word(text: str) -> str:
         return ""
     word = (m.group("paren") or m.group("head") or m.group("hf") or "").lower()
     return _SPLIT_NAMES.get(word, "")
+
+
+# A dict the line introduces as settings (W&B's debug.log ``config: {'learning_rate': 0.05, ...}``,
+# ``hparams = {...}``, ``args: {...}``) is a configuration dump, not a logged step.
+_CONFIG_HEAD = re.compile(r"(?i)(?<![a-z])(?:config|configuration|hparams|hyper_?param(?:eter)?s|args|arguments"
+                          r"|settings|kwargs|training_args)\s*[:=]?\s*$")
+
+
+def settings_dict_head(text: str, brace: int) -> bool:
+    """True when the words before the dict at ``brace`` name it as settings (``config: {``)."""
+    return bool(_CONFIG_HEAD.search(text, 0, brace))

@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from autopsy.discover import ALIAS_NOTES
 from autopsy.model import Artifact, ArtifactKind, Evidence, Finding, OutcomeKind, ParseStatus, Report, Severity
 from autopsy.units import fmt_bytes, fmt_duration
 
@@ -79,6 +80,8 @@ def notable_artifacts(report: Report) -> list[tuple[Artifact, str]]:
     """
     out = []
     for a in sorted(report.artifacts, key=lambda a: a.path):
+        if a.status is ParseStatus.SKIPPED and a.note and a.note.endswith(ALIAS_NOTES):
+            continue  # a symlink to a file or directory of the run: read under the target's name
         if a.status in DAMAGED or (a.status is ParseStatus.SKIPPED and a.note):
             out.append((a, str(a.status)))
         elif a.kind in _PARSED_KINDS and a.kind is not ArtifactKind.EXIT_CODE and (a.size == 0 or a.note):

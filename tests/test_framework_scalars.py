@@ -1,0 +1,96 @@
+"""``run.scalars`` on the generated runs of other frameworks (fixtures/gen/fixtures_frameworks.py):
+each framework's own metric source gives rows, with the ``source`` it came from and the
+``split`` its names or its file say. One row per (run, source, path, tag): the metric,
+the split and the steps expected, read off the files the framework wrote.
+
+Steps: Lightning's ``step`` column is the global step after the update; Keras' CSVLogger numbers
+epochs from 0 and is read as epochs done (1..N, as the console prints them); MLflow and W&B
+keep the step the loop passed (``range(max_steps)``: from 0).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import pytest
+from conftest import RUNS
+
+# run, source, part of the path, tag, canonical metric (None: none), split, first step, last step, points
+EXPECTED: list[tuple[str, str, str, str, str | None, str, int, int, int]] = [
+    # Lightning CSVLogger (metrics.csv: train rows and val rows interleaved) and TensorBoardLogger
+    ("lightning_clean", "csv", "logs/csv/version_0/metrics.csv", "train_loss_step", "loss", "train", 1, 49, 25),
+    ("lightning_clean", "csv", "logs/csv/version_0/metrics.csv", "train_loss_epoch", "loss", "train", 9, 49, 5),
+    ("lightning_clean", "csv", "logs/csv/version_0/metrics.csv", "val_loss", "eval_loss", "val", 9, 49, 5),
+    ("lightning_clean", "csv", "logs/csv/version_0/metrics.csv", "val_acc", None, "val", 9, 49, 5),
+    ("lightning_clean", "tensorboard", "logs/tb/version_0/events.out", "val_loss", "eval_loss", "val", 9, 49, 5),
+    ("lightning_nan", "csv", "logs/csv/version_0/metrics.csv", "train_loss_step", "loss", "train", 1, 29, 15),
+    ("lightning_nan", "csv", "logs/csv/version_0/metrics.csv", "val_loss", "eval_loss", "val", 9, 29, 3),
+    # Keras CSVLogger ("training.log") and the fit() console lines (verbose=2)
+    ("keras_clean", "csv", "training.log", "loss", "loss", "train", 1, 5, 5),
+    ("keras_clean", "csv", "training.log", "val_loss", "eval_loss", "val", 1, 5, 5),
+    ("keras_clean", "csv", "training.log", "val_mae", None, "val", 1, 5, 5),
+    ("keras_clean", "log", "console.log", "loss", "loss", "train", 1, 5, 5),
+    ("keras_clean", "log", "console.log", "val_loss", "eval_loss", "val", 1, 5, 5),
+    ("keras_nan", "csv", "training.log", "val_loss", "eval_loss", "val", 1, 1, 1),
+    # MLflow file store: mlruns/<experiment>/<run>/metrics/<name>
+    ("mlflow_clean", "mlflow", "/metrics/train_loss", "train_loss", "loss", "train", 0, 79, 80),
+    ("mlflow_clean", "mlflow", "/metrics/val_loss", "val_loss", "eval_loss", "val", 19, 79, 4),
+    ("mlflow_clean", "mlflow", "/metrics/grad_norm", "grad_norm", "grad_norm", "", 0, 79, 80),
+    ("mlflow_nan", "mlflow", "/metrics/val_loss", "val_loss", "eval_loss", "val", 19, 79, 4),
+    # W&B offline: the history records of run-<id>.wandb, read without the SDK
+    ("wandb_clean", "wandb", ".wandb", "train/loss", "loss", "train", 0, 59, 60),
+    ("wandb_clean", "wandb", ".wandb", "train/lr", "lr", "train", 0, 59, 60),
+    ("wandb_clean", "wandb", ".wandb", "eval/loss", "eval_loss", "eval", 19, 59, 3),
+    ("wandb_eval_crash", "wandb", ".wandb", "train/loss", "loss", "train", 0, 19, 20),
+    # accelerate and nanoGPT write no metric file: their own source is the printed log
+    ("accelerate_clean", "log", "train.log", "loss", "loss", "", 5, 60, 12),
+    ("accelerate_clean", "log", "train.log", "lr", "lr", "", 5, 60, 12),
+    ("nanogpt_clean", "log", "train.log", "loss", "loss", "train", 0, 95, 20),
+    ("nanogpt_clean", "log", "train.log", "val loss", "eval_loss", "val", 0, 100, 5),
+    ("nanogpt_killed_mid_save", "log", "train.log", "val loss", "eval_loss", "val", 0, 50, 3),
+]
+
+
+@cache
+def _scalars(name: str) -> Any:
+    from autopsy.run import load_run
+
+    return load_run(RUNS / name).scalars
+
+
+@pytest.mark.parametrize("run,source,suffix,tag,metric,split,first,last,n", EXPECTED,
+                         ids=[f"{e[0]}:{e[1]}:{e[3]}" for e in EXPECTED])
+def test_framework_series_in_run_scalars(run: str, source: str, suffix: str, tag: str, metric: str | None,
+                                         split: str, first: int, last: int, n: int) -> None:
+    if not (RUNS / run).is_dir():
+        pytest.fail(f"fixture run {run} missing: python fixtures/generate.py --only {run}")
+    df = _scalars(run)
+    rows = df[(df["source"].astype(str) == source) & (df["tag"] == tag)
+              & df["path"].astype(str).str.contains(suffix, regex=False)]
+    assert len(rows) == n, f"{run}: {len(rows)} rows of {source} {tag!r} ({suffix}), expected {n}"
+    got_metric = rows["metric"].iloc[0]
+    assert (got_metric if isinstance(got_metric, str) else None) == metric
+    assert set(rows["split"]) == {split}
+    assert (int(rows["step"].min()), int(rows["step"].max())) == (first, last)
+
+
+@pytest.mark.parametrize("run", sorted({e[0] for e in EXPECTED}))
+def test_every_row_of_a_framework_run_has_a_known_split(run: str) -> None:
+    df = _scalars(run)
+    assert set(df["split"]) <= {"train", "eval", "val", "test", ""}
+    # an unprefixed series whose val/eval twin sits in the same file is the train split
+    for path, grp in df.groupby(df["path"].astype(str)):
+        tags = set(grp["tag"])
+        for t in tags:
+            if not any(t.startswith(p) for p in ("val_", "eval_", "val/", "eval/", "val ")):
+                continue
+            base = t.split("_", 1)[-1] if "_" in t else t.split("/", 1)[-1] if "/" in t else t.split(" ", 1)[-1]
+            if base in tags:
+                assert set(grp.loc[grp["tag"] == base, "split"]) == {"train"}, (path, base)
+
+
+def test_a_config_dict_in_wandb_debug_log_is_not_a_series() -> None:
+    df = _scalars("wandb_clean")
+    debug = df[df["path"].astype(str).str.endswith("debug.log")]
+    assert debug.empty, sorted(set(debug["tag"]))
