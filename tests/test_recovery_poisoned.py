@@ -83,3 +83,44 @@ def test_launch_script_gives_full_resume_command(tmp_path: Path) -> None:
     hint = autopsy.analyze(root).run.resume_hint
     assert hint == ("torchrun --nproc_per_node 8 train.py --output_dir out --lr 3e-4 "
                     "--resume_from_checkpoint out/checkpoint-1500")
+
+
+def _keras_like_run(root: Path, *, best_after_nan: bool) -> Path:
+    """Keras' layout: CSVLogger rows (the last one NaN), a .keras per epoch, a step-less best.weights.h5."""
+    import os
+
+    root.mkdir(parents=True)
+    (root / "training.log").write_text("epoch,loss,val_loss\n0,0.9,0.8\n1,0.7,0.6\n2,nan,nan\n")
+    ck = root / "checkpoints"
+    for epoch in (1, 2):
+        write_zip(ck / f"model_{epoch:02d}.keras", {"config.json": b"{}", "model.weights.h5": b"\x89HDF\r\n"})
+    (ck / "best.weights.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(512))
+    t0 = 1_790_000_000.0  # real-looking, spread mtimes: the run's own (epochs a minute apart)
+    for i, name in enumerate(("checkpoints/model_01.keras", "checkpoints/model_02.keras", "training.log")):
+        os.utime(root / name, (t0 + 60 * i, t0 + 60 * i))
+    best = t0 + 200 if best_after_nan else t0 + 30  # after / before the CSV row holding the NaN
+    os.utime(ck / "best.weights.h5", (best, best))
+    return root
+
+
+def test_a_step_less_checkpoint_written_after_the_nan_is_poisoned(tmp_path: Path) -> None:
+    from autopsy.run import LoadOptions
+
+    run_dir = _keras_like_run(tmp_path / "after", best_after_nan=True)
+    report = autopsy.analyze(run_dir, options=LoadOptions(now=1_790_000_000.0 + 7200))
+    assert report.primary is not None and report.primary.rule == "loss.nonfinite"
+    assert "checkpoints/best.weights.h5" in report.run.poisoned_checkpoints
+    before = _keras_like_run(tmp_path / "before", best_after_nan=False)
+    report = autopsy.analyze(before, options=LoadOptions(now=1_790_000_000.0 + 7200))
+    assert report.run.latest_valid_checkpoint == "checkpoints/best.weights.h5"  # written before any NaN
+
+
+def test_generated_keras_nan_run_offers_no_checkpoint_saved_after_the_nan(tmp_path: Path) -> None:
+    from fixture_runs import pinned_copy, pinned_now
+
+    from autopsy.run import LoadOptions
+
+    run_dir = pinned_copy("keras_nan", tmp_path)
+    report = autopsy.analyze(run_dir, options=LoadOptions(now=pinned_now("keras_nan")))
+    assert report.run.latest_valid_checkpoint is None
+    assert set(report.run.poisoned_checkpoints) == {"checkpoints/model_01.keras", "checkpoints/best.weights.h5"}
