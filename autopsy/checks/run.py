@@ -304,6 +304,8 @@ def incomplete(ctx: CheckContext) -> Iterable[Finding]:
     term_codes = [(p, c) for p, c in run.exit_codes if c in TERMINATION_EXIT_CODES]
     clean = exited_cleanly(run)
     if planned is None and not hits and not term_codes:
+        if completion_line(run) is not None:
+            return []  # no planned count, but the program said its training finished (Lightning's max_epochs)
         raise NotEvaluated("no planned step count (max_steps) and no termination line")
     if reached_plan(run):
         return []
