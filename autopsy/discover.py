@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from autopsy.model import Artifact, ArtifactKind, ParseStatus
+from autopsy.parsers.checkpoint_formats import raw_data_bin
 from autopsy.parsers.metric_tables import sniff_table_head
 from autopsy.parsers.tracker_stores import sniff_mlflow_metric
 
@@ -133,21 +134,6 @@ def looks_binary(head: bytes) -> bool:
     return control > len(head) // 25
 
 
-# What a weights/state file named .bin starts with: a torch zip (PK), a legacy torch pickle
-# (protocol 2+: 0x80), GGML/GGUF magic; a safetensors file under that name has its JSON header at 8.
-_BIN_MAGIC = (b"PK\x03\x04", b"PK\x05\x06", b"\x80", b"ggml", b"ggjt", b"ggmf", b"ggla", b"GGUF")
-
-
-def _raw_data_bin(head: bytes) -> bool:
-    """A ``.bin`` whose first bytes are none of a weights file's: a raw array (token ids), not a
-    checkpoint. An empty or zeroed head stays a checkpoint file, so that damage is reported."""
-    if not head or not any(head):
-        return False
-    if head.startswith(_BIN_MAGIC):
-        return False
-    return not (len(head) >= 10 and head[8:10] == b'{"')
-
-
 def classify(rel_path: str, head: bytes | None) -> tuple[ArtifactKind, str | None]:
     """Decide the kind (and sub-kind) of one file from its relative path and first bytes."""
     name = rel_path.rsplit("/", 1)[-1]
@@ -162,7 +148,7 @@ def classify(rel_path: str, head: bytes | None) -> tuple[ArtifactKind, str | Non
     metric = _metric_file(rel_path, lower, suffix, head)
     if metric is not None:
         return ArtifactKind.METRICS, metric
-    if suffix == ".bin" and head is not None and _raw_data_bin(head):
+    if suffix == ".bin" and head is not None and raw_data_bin(head):
         return ArtifactKind.OTHER, "data"  # nanoGPT's train.bin/val.bin, Megatron's .bin+.idx: token arrays
     if suffix in _WEIGHT_SUFFIXES:
         return ArtifactKind.CHECKPOINT_FILE, suffix.lstrip(".")

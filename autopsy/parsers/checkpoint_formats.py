@@ -148,3 +148,19 @@ def pickle_facts(fs_path: str, keys: frozenset[str]) -> PickleFacts:
     except (ValueError, EOFError, struct.error) as exc:  # genops on malformed bytes
         facts.problem = f"data.pkl not a well-formed pickle: {exc}"
     return facts
+
+
+# What a weights/state file named .bin starts with: a torch zip (PK), a legacy torch pickle
+# (protocol 2+: 0x80), GGML/GGUF magic; a safetensors file under that name has its JSON header at 8.
+_BIN_MAGIC = (b"PK\x03\x04", b"PK\x05\x06", b"\x80", b"ggml", b"ggjt", b"ggmf", b"ggla", b"GGUF")
+
+
+def raw_data_bin(head: bytes) -> bool:
+    """A ``.bin`` whose first bytes are none of a weights file's: a raw array (nanoGPT's token ids in
+    ``train.bin``, Megatron's ``.bin`` beside its ``.idx``), not a checkpoint. An empty or zeroed
+    head stays a checkpoint file, so that damage is reported."""
+    if not head or not any(head):
+        return False
+    if head.startswith(_BIN_MAGIC):
+        return False
+    return not (len(head) >= 10 and head[8:10] == b'{"')
