@@ -32,7 +32,7 @@ from autopsy.checks.common import (
     tb_chain,
     where,
 )
-from autopsy.checks.hang import waiting_frame
+from autopsy.checks.hang import ctrl_c_marked, waiting_frame
 from autopsy.checks.tb_causes import FRAMES_PREFIX, frames_text, gate_open, hit_context
 from autopsy.engine.types import CheckContext
 from autopsy.model import Confidence, Evidence, Finding
@@ -142,6 +142,8 @@ def exception(ctx: CheckContext) -> Iterable[Finding]:
             continue  # a bare "Traceback (most recent call last):" header: nothing to report
         if not tb.exc_type and waiting_frame(tb) is not None:
             continue  # a stack dump of a process waiting (py-spy, faulthandler): run.stalled's evidence
+        if not tb.exc_type and ctrl_c_marked(ctx.run, tb):
+            continue  # a Ctrl-C traceback cut before its KeyboardInterrupt line: a user stop, not a crash
         scan = scan_of(ctx.run, tb.path)
         if scan is not None and scan.last_step is not None and min_after > 0 \
                 and scan.last_step >= (tb.step if tb.step is not None else 0) + min_after:

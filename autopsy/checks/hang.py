@@ -61,10 +61,28 @@ class InterruptedWait:
         return frame_text(self.frame) or self.frame.file
 
 
-def is_stop(tb: Traceback) -> bool:
-    """A traceback that is how a stop request (Ctrl-C, SIGTERM) surfaced, not a program error."""
+def is_stop(tb: Traceback, run: Run | None = None) -> bool:
+    """A traceback that is how a stop request (Ctrl-C, SIGTERM) surfaced, not a program error.
+
+    With ``run``, a traceback cut before its exception line counts when the terminal's echo of
+    Ctrl-C ("^C") opens its header line or ends the line above it (``^CTraceback (most recent
+    call last):``, a bar ``58/71 [23:09<05:11, 23.96s/it]^C``).
+    """
     last = tb.exc_type.rsplit(".", 1)[-1]
-    return last in _STOP_TYPES or bool(last and _STOP_MESSAGE.search(tb.message.split("\n", 1)[0]))
+    if last in _STOP_TYPES or bool(last and _STOP_MESSAGE.search(tb.message.split("\n", 1)[0])):
+        return True
+    return run is not None and not tb.exc_type and ctrl_c_marked(run, tb)
+
+
+def ctrl_c_marked(run: Run, tb: Traceback) -> bool:
+    """The terminal's "^C" on the traceback's header line or at the end of the line above it (read from
+    the log's tail, where a stop's traceback is)."""
+    scan = next((s for s in run.logs if s.path == tb.path), None)
+    if scan is None:
+        return False
+    lines = dict(scan.tail)
+    head, above = lines.get(tb.line_start, ""), lines.get(tb.line_start - 1, "")
+    return head.lstrip().startswith("^C") or above.rstrip().endswith("^C")
 
 
 def is_hang_dump(tb: Traceback) -> bool:
@@ -84,6 +102,10 @@ def waiting_frame(tb: Traceback) -> Frame | None:
         return frame
     if func in ("get", "put") and (_WAIT_MODULE.search(path) or "/multiprocessing/" in path):
         return frame
+    # the DataLoader fetching the next batch from its workers (a quote cut before the queue's frames)
+    if func in ("__next__", "_next_data", "_get_data", "_try_get_data") \
+            and path.endswith("torch/utils/data/dataloader.py"):
+        return frame
     if frame.code and _WAIT_CALL.search(frame.code):
         return frame
     return None
@@ -94,7 +116,7 @@ def interrupted_waits(run: Run) -> list[InterruptedWait]:
     exception line at all (py-spy / faulthandler dump of a live process, or a cut Ctrl-C) counts too."""
     out = []
     for tb in run.all_tracebacks:
-        if not is_stop(tb) and tb.exc_type:
+        if not is_stop(tb, run) and tb.exc_type:
             continue
         frame = waiting_frame(tb)
         if frame is not None:
@@ -102,16 +124,20 @@ def interrupted_waits(run: Run) -> list[InterruptedWait]:
     return sorted(out, key=lambda w: (w.traceback.path, w.traceback.line_start))
 
 
-def _last_meaningful(scan: LogScan, ignorable: regex.Pattern[str]) -> tuple[int, str] | None:
+def _last_meaningful(scan: LogScan, ignorable: regex.Pattern[str], before: int | None = None) -> tuple[int, str] | None:
     for lineno, line in reversed(scan.tail):
+        if before is not None and lineno >= before:
+            continue
         if line.strip() and not ignorable.search(line):
             return lineno, line
     return None
 
 
-def setup_stall_hits(run: Run, setup_hits: list[Hit], ignorable: regex.Pattern[str]) -> list[Hit]:
+def setup_stall_hits(run: Run, setup_hits: list[Hit], ignorable: regex.Pattern[str],
+                     before: dict[str, int] | None = None) -> list[Hit]:
     """Setup messages that are the last meaningful line of their log (warnings, banners and NCCL INFO
-    after them are ignored): the log stops where the next stage should have begun."""
+    after them are ignored): the log stops where the next stage should have begun. With ``before``
+    (path -> line of the user's first Ctrl-C), only the lines above that stop count."""
     by_path: dict[str, list[Hit]] = {}
     for h in setup_hits:
         by_path.setdefault(h.path, []).append(h)
@@ -120,7 +146,11 @@ def setup_stall_hits(run: Run, setup_hits: list[Hit], ignorable: regex.Pattern[s
         hits = by_path.get(scan.path)
         if not hits:
             continue
-        last = _last_meaningful(scan, ignorable)
+        cut = (before or {}).get(scan.path)
+        last = _last_meaningful(scan, ignorable, cut)
+        hits = [h for h in hits if cut is None or h.lineno < cut]
+        if not hits:
+            continue
         lead = max(hits, key=lambda h: h.lineno)
         # the setup line itself may be one of the ignorable ones (NCCL INFO, a 0% bar)
         if last is None or lead.lineno >= last[0]:
@@ -135,7 +165,8 @@ def interrupted_hang_finding(ctx: CheckContext, waits: list[InterruptedWait]) ->
     lead = waits[-1]  # the last stop is the one that ended the run
     tb = lead.traceback
     last = ctx.run.last_step
-    facts: dict[str, object] = {"stop": tb.exc_type.rsplit(".", 1)[-1], "waiting_frame": lead.frame_text,
+    stop = tb.exc_type.rsplit(".", 1)[-1] or ("KeyboardInterrupt" if ctrl_c_marked(ctx.run, tb) else "stack dump")
+    facts: dict[str, object] = {"stop": stop, "waiting_frame": lead.frame_text,
                                 "waiting_function": lead.frame.function, "last_step": last,
                                 "max_steps": ctx.run.max_steps, "count": len(waits)}
     if lead.frame.code:
@@ -157,7 +188,7 @@ def interrupted_hang_finding(ctx: CheckContext, waits: list[InterruptedWait]) ->
                        confidence=Confidence.MEDIUM, step=last, wall_time=tb.wall_time)
 
 
-def setup_stall_finding(ctx: CheckContext, hits: list[Hit]) -> Finding:
+def setup_stall_finding(ctx: CheckContext, hits: list[Hit], interrupted: bool = False) -> Finding:
     """run.stalled (low confidence) from a log whose last meaningful line is a setup message."""
     lead = max(hits, key=lambda h: (h.wall_time or 0.0, h.path, h.lineno))
     last = ctx.run.last_step
@@ -174,6 +205,15 @@ def setup_stall_finding(ctx: CheckContext, hits: list[Hit]) -> Finding:
     long_idle = idle is not None and idle > float(ctx.param("min_stall_seconds"))
     if idle is not None:
         facts["seconds_since_log_written"] = round(idle, 1)
+    if interrupted:
+        facts["interrupted"] = True
+        msg = (f"The log stops {at} on a setup message ({lead.path}:{lead.lineno}: {lead.text.strip()[:120]!r}), then "
+               "the user's Ctrl-C and nothing else - no step, no error: the run most likely hung in that stage and was "
+               "interrupted there (or the stage was slow and the user gave up on it).")
+        return ctx.finding(msg, key=f"run.stalled:setup:{facts['stage']}", facts=facts,
+                           evidence=[Evidence(path=lead.path, line=lead.lineno, excerpt=lead.text.strip()[:300],
+                                              rank=lead.rank)],
+                           confidence=Confidence.MEDIUM, step=last, wall_time=lead.wall_time)
     msg = (f"The log stops {at} on a setup message ({lead.path}:{lead.lineno}: {lead.text.strip()[:120]!r}) with "
            "nothing after it - no step, no error, no exit: the run most likely hung in that stage "
            + (f"(the log has not been written for {idle / 3600:.1f} h)." if long_idle and idle is not None else

@@ -243,6 +243,8 @@ def host(ctx: CheckContext) -> Iterable[Finding]:
     elif weak:
         confidence = Confidence.MEDIUM
         facts["source"] = _WEAK.get(name or "", "Killed")
+        if name == "exit_137" and lead is not None and group(lead, "exit_code") == "-9":
+            facts["source"] = "exit code -9"
     else:
         confidence = Confidence.LOW
         facts["source"] = "exit code" if codes else "SIGKILL"

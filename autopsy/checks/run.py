@@ -197,21 +197,42 @@ _AFTER_SETUP = regex.compile(
     r"|Total optimization steps|Number of trainable parameters)\b")
 
 
+# A stop the user asked for at the terminal: Ctrl-C as the shell echoes it, SIGINT as launchers relay it.
+_USER_INTERRUPT = regex.compile(r"\^C|\bSIGINT\b|\bKeyboardInterrupt\b|Received 2 death signal|got signal: 2\b"
+                                r"|interrupted by signal 2\b")
+
+
+def _user_interrupts(signals: list[Signal]) -> dict[str, int] | None:
+    """path -> line of the first Ctrl-C when every end signal is the user's interrupt, else None."""
+    if not signals or not all(s.termination and s.evidence.line is not None for s in signals):
+        return None
+    if not all(_USER_INTERRUPT.search(s.text) or s.kind == "traceback" for s in signals):
+        return None
+    first: dict[str, int] = {}
+    for s in signals:
+        line, path = s.evidence.line or 0, s.evidence.path or ""
+        first[path] = min(first.get(path, line), line)
+    return first
+
+
 def stalled(ctx: CheckContext) -> Iterable[Finding]:
     """No new steps for long while the run was not finished, not failed and not exited; or a stop
     that caught the process waiting; or a log that stops on a setup message (:mod:`hang`)."""
     run = ctx.run
     waits = interrupted_waits(run)
     # (a crash elsewhere in the run: its survivors wait, and the crash is the story)
-    if waits and all(is_stop(tb) or is_hang_dump(tb) for tb in final_tracebacks(run)):
+    if waits and all(is_stop(tb, run) or is_hang_dump(tb) for tb in final_tracebacks(run)):
         return [interrupted_hang_finding(ctx, waits)]
     last, planned = run.last_step, run.max_steps
     setup = [h for name, hs in ctx.hits.items() if name.startswith("setup_") for h in hs]
-    if setup and not run.exit_codes and not end_signals(run) \
+    signals = end_signals(run)
+    interrupts = _user_interrupts(signals)
+    if setup and not run.exit_codes and (not signals or interrupts is not None) \
             and (planned is None or last is None or last < planned):
-        ended_on_setup = setup_stall_hits(run, setup, _AFTER_SETUP)
+        # (a user's Ctrl-C right after a setup message is how a hang in that stage usually ends)
+        ended_on_setup = setup_stall_hits(run, setup, _AFTER_SETUP, interrupts)
         if ended_on_setup:
-            return [setup_stall_finding(ctx, ended_on_setup)]
+            return [setup_stall_finding(ctx, ended_on_setup, interrupted=interrupts is not None)]
     if last is None:
         raise NotEvaluated("no training step found in any artifact")
     if reached_plan(run):

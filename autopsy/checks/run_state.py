@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import regex
 
+from autopsy.checks.hang import ctrl_c_marked
 from autopsy.clock import ERROR_LINE, TERMINATION_LINE
 from autopsy.model import ArtifactKind, Evidence
 from autopsy.parsers.types import LogScan
@@ -67,7 +68,7 @@ def end_signals(run: Run) -> list[Signal]:
     """Every recorded trace of the run ending: tracebacks, child failures, exit codes, tail lines."""
     out: list[Signal] = []
     for tb in run.all_tracebacks:
-        term = tb.exc_type.rsplit(".", 1)[-1] in TERMINATION_EXCEPTIONS
+        term = tb.exc_type.rsplit(".", 1)[-1] in TERMINATION_EXCEPTIONS or (not tb.exc_type and ctrl_c_marked(run, tb))
         out.append(Signal("traceback", f"{tb.exc_type}: {tb.message}"[:300],
                           Evidence(path=tb.path, line=tb.line_start, line_end=tb.line_end,
                                    excerpt=f"{tb.exc_type}: {tb.message}"[:300], rank=tb.rank), term))
@@ -86,7 +87,9 @@ def end_signals(run: Run) -> list[Signal]:
             if TERMINATION_LINE.search(line):  # the lines autopsy.clock reads to tell that a process ended
                 out.append(Signal("termination", line.strip()[:300], _tail_evidence(scan, lineno, line), True))
             elif ERROR_LINE.search(line.strip()):
-                out.append(Signal("error_line", line.strip()[:300], _tail_evidence(scan, lineno, line), False))
+                # "^CTraceback (most recent call last):": the header of the user's Ctrl-C, not of a crash
+                out.append(Signal("error_line", line.strip()[:300], _tail_evidence(scan, lineno, line),
+                                  line.lstrip().startswith("^C")))
     return out
 
 

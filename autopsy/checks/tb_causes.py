@@ -43,7 +43,8 @@ GATES: dict[str, regex.Pattern[str]] = {
         r"transformers[/\\]|tokeniz|\bvocab|[Ee]mbedding|\binput_ids\b|\blm_head\b|\bnum_labels\b|\bLlama|\bGPT|\bBert"),
     "dist.comm": regex.compile(
         r"torch[/\\]distributed|\bTCPStore\b|rendezvous|\bc10d\b|init_process_group|\bNCCL\b|MASTER_PORT"
-        r"|deepspeed[/\\]comm|horovod|torchrun|\bgloo\b"),
+        r"|deepspeed[/\\]comm|horovod|torchrun|\bgloo\b"
+        r"|[Tt]he (?:server|client) socket has failed to (?:bind|listen)|\bsocket\.cpp:\d+\]"),
 }
 
 
