@@ -64,6 +64,7 @@ TERMINATION_LINE = regex.compile(
     r"DUE TO TIME LIMIT|DUE TO PREEMPTION|CANCELLED AT \S+"  # slurmstepd
     r"|Received (?:Signals\.)?SIG(?:TERM|INT)|Received (?:15|2) death signal"  # torchrun elastic agent
     r"|Received SIGTERM: 15"  # PyTorch Lightning signal connector
+    r"|Detected KeyboardInterrupt, attempting graceful shutdown"  # PyTorch Lightning caught Ctrl-C
     r"|got signal: (?:15|2)\b"  # torchrun SignalException
     r"|\b\d+ Terminated\s"  # bash job control: "12345 Terminated   python train.py"
     r"|^zsh: terminated\s|^\[\d+\][ +-]+\d+ terminated\s"  # zsh job control

@@ -297,6 +297,7 @@ _KIND_BY_PATTERN = {
     "slurm_preempted": "preempted",
     "preempted": "preempted",
     "keyboard_interrupt": "interrupted (SIGINT)",
+    "lightning_graceful_shutdown": "interrupted (SIGINT)",
     "torchrun_sigint": "interrupted (SIGINT)",
     "lsf_time_limit": "scheduler time limit",
     "pbs_walltime": "scheduler time limit",
