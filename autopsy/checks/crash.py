@@ -47,20 +47,16 @@ _NT_DIVIDE = ("-1073741676", "3221225620", "0xC0000094", "0xc0000094")  # STATUS
 _NT_ILLEGAL = ("-1073741795", "3221225501", "0xC000001D", "0xc000001d", "0xC000001d")
 
 
+# Windows NTSTATUS codes in the order they are told apart, with the name the finding gives
+_NT_CODES = ((_NT_STACK_OVERFLOW, "stack overflow"), (_NT_HEAP, "heap corruption"), (_NT_ACCESS, "access violation"),
+             (_NT_FAIL_FAST, "fail-fast"), (_NT_DIVIDE, "divide by zero"), (_NT_ILLEGAL, "SIGILL"))
+
+
 def _signal_of(text: str) -> str:
     t = text
-    if any(c in t for c in _NT_STACK_OVERFLOW):
-        return "stack overflow"
-    if any(c in t for c in _NT_HEAP):
-        return "heap corruption"
-    if any(c in t for c in _NT_ACCESS):
-        return "access violation"
-    if any(c in t for c in _NT_FAIL_FAST):
-        return "fail-fast"
-    if any(c in t for c in _NT_DIVIDE):
-        return "divide by zero"
-    if any(c in t for c in _NT_ILLEGAL):
-        return "SIGILL"
+    for codes, name in _NT_CODES:
+        if any(c in t for c in codes):
+            return name
     if "SIGBUS" in t or "Bus error" in t or "signal 7" in t or "-7)" in t or "return code = -7" in t:
         return "SIGBUS"
     if "SIGILL" in t or "signal 4" in t:
