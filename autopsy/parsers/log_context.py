@@ -79,6 +79,7 @@ class BlockContext:
     max_total: int
     max_steps_seen: int | None
     last_rate_step: int | None
+    last_rate_tags: tuple[int | None, frozenset[str | None]]
     ts_index: tuple[list[int], list[float]] | None
     ts_scanned: int
     ts_prev: float | None
@@ -223,14 +224,25 @@ class BlockContext:
 
     def _rate_points(self, bar: Bar, s: int, e: int, rank: int | None) -> None:
         step = bar.step
-        if step == self.last_rate_step:
-            return
-        self.last_rate_step = step
-        tags = [t for t, _ in bar.postfix]
-        values = [v for _, v in bar.postfix]
+        pairs = list(bar.postfix)
         if bar.rate is not None and bar.unit:
-            tags.insert(0, bar.unit)
-            values.insert(0, bar.rate)
+            pairs.insert(0, (bar.unit, bar.rate))
+        if step == self.last_rate_step:
+            if step is None:
+                return  # bars without a global step record nothing more
+            # the same step drawn again: only what it adds (Lightning's last bar of an epoch gains
+            # val_loss after validation); the fast paths record the rate alone
+            seen_step, seen = self.last_rate_tags
+            seen = seen if seen_step == step else frozenset({bar.unit})
+            pairs = [(t, v) for t, v in pairs if t not in seen]
+            if not pairs:
+                return
+            self.last_rate_tags = (step, seen | {t for t, _ in pairs})
+        else:
+            self.last_rate_step = step
+            self.last_rate_tags = (step, frozenset(t for t, _ in pairs))
+        tags = [t for t, _ in pairs]
+        values = [v for _, v in pairs]
         if tags:
             self.series.add_line(tags, values, step, self._lineno(s), self._wall_at(e), rank)
 

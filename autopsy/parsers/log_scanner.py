@@ -29,7 +29,9 @@ from autopsy.parsers.log_series import (
     SeriesStore,
     dict_template,
     parse_dict_record,
+    bar_only,
     parse_step_line,
+    without_bar_postfix,
 )
 from autopsy.parsers.log_tracebacks import HEADER, TracebackTracker
 from autopsy.parsers.metric_reader import MetricReader
@@ -105,6 +107,7 @@ class LogScanner(BlockContext):
         self.dict_count = 0
         self.counted = False  # some step was a dict ordinal (LogScan.steps_inferred)
         self.last_rate_step: int | None = None
+        self.last_rate_tags: tuple[int | None, frozenset[str | None]] = (None, frozenset())
         self.first_wall: float | None = None
         self.last_wall: float | None = None
         self.ts_prev: float | None = None  # last timestamp of earlier blocks
@@ -314,7 +317,14 @@ class LogScanner(BlockContext):
             if not taken and low and ("step" in low or "iter" in low or ("Epoch" in text and "[" in text)):
                 taken = self._step_line(text, lineno, rank, e)
             if not taken:
-                log_metrics.read_segment(self, text, lineno, rank, e)
+                reader_text: str | None = text
+                if "it/s" in text or "s/it" in text:
+                    stripped = without_bar_postfix(text)
+                    if stripped is not text:  # a training bar's postfix: its metrics, at its global step
+                        self._advance_bars(e)
+                        reader_text = None if bar_only(text) else stripped
+                if reader_text is not None:
+                    log_metrics.read_segment(self, reader_text, lineno, rank, e)
             if self.cfg.active or " = " in text or "Overriding" in text or "*****" in text:
                 self.cfg.feed(lineno, text)
             if slow or HEADER[:30] in text or "above exception" in text:

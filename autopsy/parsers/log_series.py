@@ -24,6 +24,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from autopsy.parsers.log_store import _NO_STEP, MAX_SERIES_POINTS, MAX_STEP, SeriesStore, point
 from autopsy.parsers.metric_values import settings_dict_head
@@ -283,15 +284,55 @@ class Bar:
         return self.n
 
 
-def parse_bar(text: str) -> Bar | None:
-    """The last progress bar drawn in ``text`` (a segment), or None."""
+def _last_bar(text: str) -> re.Match[str] | None:
     best = None
     for m in _BAR.finditer(text):
         # a count past MAX_STEP is no step: not a bar (its int64 columns could not hold it)
         if (m.group("unit") or m.group("pct") is not None) and int(m.group("n")) < MAX_STEP:
             best = m
+    return best
+
+
+# A bar segment is parsed twice in a row (its postfix span for the metric reader, then the bar
+# itself when the scanner advances to it): the last few texts are kept. Strings hash once.
+@lru_cache(maxsize=8)
+def _bar_of(text: str) -> tuple[Bar | None, tuple[int, int] | None, bool]:
+    """(the bar, its postfix span when the bar parser owns it, whether anything outside the bar
+    and its epoch counter holds a digit: only then can the metric reader find a value there)."""
+    best = _last_bar(text)
     if best is None:
-        return None
+        return None, None, True
+    bar = _bar_from(best)
+    desc = best.group("desc") or ""
+    rest = text[:best.start()] + _EPOCH.sub("", desc) + text[best.end():]
+    digits = any(c in rest for c in "0123456789")
+    # a bar whose global step is unknown (fairseq's "epoch 001: ...", an epoch of unknown base)
+    # leaves its postfix to the metric reader, which reads such lines on the epoch axis
+    owned = bar.training and bar.step is not None and best.group("post")
+    return bar, (best.span("post") if owned else None), digits
+
+
+def parse_bar(text: str) -> Bar | None:
+    """The last progress bar drawn in ``text`` (a segment), or None."""
+    return _bar_of(text)[0]
+
+
+def without_bar_postfix(text: str) -> str:
+    """``text`` without the postfix of its training bar (``[..., 5.4it/s, loss=2.1]``), which the
+    bar's own parser reads (:meth:`log_context.BlockContext._rate_points`) at the bar's global
+    step: read again by the metric reader it would be a second point, at the epoch as its step."""
+    span = _bar_of(text)[1]
+    return text if span is None else text[:span[0]] + text[span[1]:]
+
+
+def bar_only(text: str) -> bool:
+    """``text`` is a training bar whose metrics are all in its postfix (nothing else holds a
+    digit): the bar's parser reads it whole, and the metric reader has nothing to find."""
+    _, span, digits = _bar_of(text)
+    return span is not None and not digits
+
+
+def _bar_from(best: re.Match[str]) -> Bar:
     desc = best.group("desc") or ""
     em = _EPOCH.search(desc)
     epoch = int(em.group(1)) if em else None
