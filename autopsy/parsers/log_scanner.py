@@ -27,9 +27,9 @@ from autopsy.parsers.log_series import (
     DictTemplate,
     EpochStepGuard,
     SeriesStore,
+    bar_only,
     dict_template,
     parse_dict_record,
-    bar_only,
     parse_step_line,
     without_bar_postfix,
 )
@@ -323,7 +323,8 @@ class LogScanner(BlockContext):
                     if stripped is not text:  # a training bar's postfix: its metrics, at its global step
                         self._advance_bars(e)
                         reader_text = None if bar_only(text) else stripped
-                if reader_text is not None:
+                # a Keras bar redrawn right after: same epoch step, its running means superseded
+                if reader_text is not None and not (lt.keras_redrawn(self.buf, e) and lt.KERAS_BAR.match(text)):
                     log_metrics.read_segment(self, reader_text, lineno, rank, e)
             if self.cfg.active or " = " in text or "Overriding" in text or "*****" in text:
                 self.cfg.feed(lineno, text)

@@ -88,7 +88,18 @@ def clean(raw: bytes, label_mode: int = LABEL_NONE) -> tuple[str, int | None]:
 # "[elapsed<remaining, rate{postfix}]" ("[00:03, 14.2it/s]" without a total); Keras with its
 # "N/M [====>...] - ETA: 3s - loss: 0.69" metrics, each value a number or a time.
 _TQDM_END = re.compile(r"\[(?:\d+:)?\d\d:\d\d(?:<(?:(?:\d+:)?\d\d:\d\d|\?))?,[^\[\]\n]*\]")
-_KERAS_BAR = re.compile(r"\s*\d+/\d+ \[[=>.]*\]")
+KERAS_BAR = re.compile(r"\s*\d+/\d+ \[[=>.]*\]")
+# Keras' Progbar redrawn in place: "\r 57/1875 [>....] - ETA: 1:02 - loss: 0.4123 - accuracy: 0.87".
+# Its metrics are the epoch's running means and the reader puts them on the epoch axis, so every
+# redraw of one epoch has the same step: only the last one of a physical line says more.
+_KERAS_REDRAW = re.compile(rb"[ \t]*\d+/\d+ \[[=>.]*\] - ")
+
+
+def keras_redrawn(buf: bytes, end: int) -> bool:
+    """The segment ending at ``end`` is followed, after its ``\r``, by another Keras Progbar redraw."""
+    return buf[end:end + 1] == b"\r" and _KERAS_REDRAW.match(buf, end + 1) is not None
+
+
 # In a Keras bar, a capitalised word right after a digit or a unit letter ("0.6931Killed",
 # "5ms/stepTraceback") starts the glued message; Keras' own keys are lowercase or follow a space.
 _KERAS_TAIL = re.compile(r"(?<=[0-9a-z])(?=[A-Z][a-z]+(?:[ :(.]|$))")
@@ -119,7 +130,7 @@ def split_glued(text: str) -> list[str]:
         rest = text[m.end():].lstrip()
         if rest and not rest.startswith("|"):
             return [text[:m.end()], rest]
-    if _KERAS_BAR.match(text) is not None:
+    if KERAS_BAR.match(text) is not None:
         m2 = _KERAS_TAIL.search(text, close + 1)
         if m2 is not None:
             return [text[:m2.start()], text[m2.start():]]
