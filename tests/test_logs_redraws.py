@@ -1,0 +1,88 @@
+"""Progress bars redrawn in place with ``\\r``: each redraw is read once, on the right axis.
+
+Lightning's tqdm bar carries the step's metrics in its postfix (``..., 5.42it/s, v_num=0,
+train_loss=6.009]``): the bar parser reads them at the bar's global step (epoch x batches + n),
+and the metric reader must not read them again (it read them at the epoch as its step, a twin of
+every point). Keras' Progbar carries the epoch's running means (``- loss: 0.4123``), which the
+reader puts on the epoch axis: every redraw of one epoch has the same step, so only the last
+redraw of a physical line is read. Lines quoted from real runs (the corpus entries named).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+
+from autopsy.parsers.logs import scan_text
+from autopsy.run import load_run
+
+CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "corpus"
+
+
+def _series(scan, tag):  # type: ignore[no-untyped-def]
+    return [(p.step, p.value) for p in scan.series if p.tag == tag]
+
+
+def _bar(epoch: int, n: int, total: int, post: str) -> str:
+    pct = n * 100 // total
+    return f"\rEpoch {epoch}:  {pct:2d}%|{'█' * (pct // 10):<10}| {n}/{total} [00:0{n % 10}<00:10,  5.42it/s, {post}]"
+
+
+def test_lightning_postfix_is_one_point_per_step_at_the_global_step() -> None:
+    log = "".join(_bar(1, n, 100, f"v_num=0, train_loss={2.0 - n / 100:.3f}") for n in range(1, 6)) + "\n"
+    loss = _series(scan_text(log), "train_loss")
+    assert loss == [(101, 1.99), (102, 1.98), (103, 1.97), (104, 1.96), (105, 1.95)]
+
+
+def test_lightning_epoch_end_bar_adds_the_validation_metrics_it_gained() -> None:
+    # Lightning redraws the epoch's last bar after validation with val_loss in the postfix
+    log = (_bar(0, 99, 100, "v_num=0, train_loss=1.200") + _bar(0, 100, 100, "v_num=0, train_loss=1.100")
+           + "\n" + "\rEpoch 0: 100%|██████████| 100/100 [00:10<00:00,  5.00it/s, v_num=0, train_loss=1.100, "
+           "val_loss=1.300]\n")
+    scan = scan_text(log)
+    assert _series(scan, "train_loss") == [(99, 1.2), (100, 1.1)]
+    assert _series(scan, "val_loss") == [(100, 1.3)]
+
+
+def test_bar_without_global_step_leaves_its_postfix_to_the_reader() -> None:
+    # fairseq's "epoch 001" counts epochs of unknown base: no global step, so the metric reader reads
+    # the postfix on the epoch axis, as before (corpus entry fairseq_103)
+    scan = load_run(CORPUS / "fairseq_103_oom_skipping_batch_continues").logs[0]
+    loss = _series(scan, "loss")
+    assert loss and all(step == 1 for step, _ in loss)
+
+
+def test_real_lightning_bar_log_has_no_step_zero_twins() -> None:
+    run = load_run(CORPUS / "rvt_40_lightning_max_steps_wandb_retry")
+    loss = run.scalars[run.scalars.tag == "loss"]
+    assert list(loss.step) == [17671, 25832, 115816]
+    assert not Counter(zip(loss.tag, loss.step, strict=True)) - Counter(set(zip(loss.tag, loss.step, strict=True)))
+
+
+def _keras(n: int, total: int, loss: str) -> str:
+    done = n * 30 // total
+    return f"\r{n:4d}/{total} [{'=' * done}>{'.' * (29 - done)}] - ETA: 1:0{n % 10} - loss: {loss} - accuracy: 0.5000"
+
+
+def test_keras_redraws_give_one_point_per_line_the_last() -> None:
+    log = ("Epoch 1/3\n" + "".join(_keras(n, 100, f"{2.5 - n / 100:.4f}") for n in range(1, 6)) + "\n"
+           "Epoch 2/3\n" + "".join(_keras(n, 100, f"{1.5 - n / 100:.4f}") for n in range(1, 4)) + "\n")
+    scan = scan_text(log)
+    assert _series(scan, "loss") == [(1, 2.45), (2, 1.47)]
+    assert [p.lineno for p in scan.series if p.tag == "loss"] == [2, 4]
+
+
+def test_keras_nan_in_the_last_redraw_is_read() -> None:
+    # the run died mid-epoch: no newline after the last redraw. (A redraw that ends a read block,
+    # here the one before the file's unterminated last line, cannot see the next one and is read.)
+    log = "Epoch 4/10\n" + _keras(1, 100, "0.3000") + _keras(2, 100, "nan") + _keras(3, 100, "nan")
+    loss = _series(scan_text(log), "loss")
+    assert 0.3 not in [v for _, v in loss]
+    assert loss and all(step == 4 and math.isnan(v) for step, v in loss)
+
+
+def test_keras_redraw_followed_by_something_else_is_read() -> None:
+    # a redraw not followed by another redraw (a message, a new line) is the line's last word
+    log = "Epoch 1/2\n" + _keras(1, 100, "2.5000") + _keras(2, 100, "2.4000") + "\r\n" + "Epoch 2/2\n"
+    assert _series(scan_text(log), "loss") == [(1, 2.4)]
