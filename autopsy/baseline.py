@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from autopsy.fileio import read_capped
 from autopsy.model import Finding, Report
 
 BASELINE_KIND = "autopsy.baseline"
@@ -50,13 +51,12 @@ def load_baseline(path: str | os.PathLike[str]) -> Baseline:
     """Read a baseline file; :class:`BaselineError` when it is missing, too large or not one."""
     p = Path(path)
     try:
-        with open(p, "rb") as fh:
-            raw = fh.read(MAX_BASELINE_BYTES + 1)
+        raw, over = read_capped(p, MAX_BASELINE_BYTES)
     except FileNotFoundError:
         raise BaselineError(f"{p}: no such baseline file (write one with --update-baseline)") from None
     except OSError as exc:
         raise BaselineError(f"{p}: cannot read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_BASELINE_BYTES:
+    if over:
         raise BaselineError(f"{p}: larger than {MAX_BASELINE_BYTES} bytes; not a baseline")
     try:
         data = json.loads(raw.decode("utf-8"))

@@ -19,6 +19,7 @@ from pathlib import Path
 from autopsy.model import Artifact, ArtifactKind, ParseStatus
 from autopsy.parsers.checkpoint_formats import raw_data_bin
 from autopsy.parsers.metric_tables import sniff_table_head
+from autopsy.parsers.safe_open import open_binary
 from autopsy.parsers.tracker_stores import sniff_mlflow_metric
 
 # Notes of a symlink to a file or directory of the run: its content is read under the target's
@@ -222,7 +223,7 @@ def _confirm_jsonl(path: str) -> bool:
     import json
 
     try:
-        with open(path, "rb") as fh:
+        with open_binary(path) as fh:
             first = fh.readline(JSON_SNIFF_BYTES)
     except OSError:
         return False

@@ -22,6 +22,7 @@ from typing import Any
 
 from autopsy.model import ArtifactKind, ResumePlan
 from autopsy.parsers.launch_script import launch_commands
+from autopsy.parsers.safe_open import open_binary
 from autopsy.parsers.script_flags import Option, ScriptInterface, analyze_script
 
 MAX_SCRIPT_BYTES = 2 * 1024 * 1024
@@ -228,7 +229,7 @@ def _read(run: Any, rel: str) -> str | None:
         path = run.fs_path(rel)
         if not path.is_file():
             return None
-        with open(path, "rb") as fh:
+        with open_binary(path) as fh:
             data = fh.read(MAX_SCRIPT_BYTES + 1)
     except OSError:
         return None

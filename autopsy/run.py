@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from autopsy.discover import Discovery, WalkLimits, discover
 from autopsy.model import Artifact, ArtifactKind, ParseStatus
 from autopsy.parsers.numbers import bounded_int
+from autopsy.parsers.safe_open import confine_to, open_binary
 from autopsy.parsers.types import (
     Checkpoint,
     ChildFailure,
@@ -92,6 +93,7 @@ class Run:
         self.now = options.now if options.now is not None else time.time()
         # Parse damage found after discovery, by artifact path: (status, note).
         self._damage: dict[str, tuple[ParseStatus, str | None]] = {}
+        confine_to(root)  # files are opened from the root down, never through a swapped-in link
 
     def __repr__(self) -> str:
         return f"Run({str(self.root)!r})"
@@ -307,7 +309,7 @@ class Run:
         out = []
         for art in self.artifacts_of(ArtifactKind.EXIT_CODE):
             try:
-                with open(self.fs_path(art.path), "rb") as fh:
+                with open_binary(self.fs_path(art.path)) as fh:
                     text = fh.read(64).decode("ascii", "replace").strip()
                 out.append((art.path, int(text.split()[0])))
             except (OSError, ValueError, IndexError):

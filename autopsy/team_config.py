@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autopsy.fileio import read_capped
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
@@ -63,11 +65,10 @@ class TeamConfig:
 def _read_table(path: Path) -> dict[str, Any] | None:
     """The autopsy table of a config file, or None when a pyproject.toml has none."""
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_CONFIG_BYTES + 1)
+        raw, over = read_capped(path, MAX_CONFIG_BYTES)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
+    if over:
         raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes; not a config file")
     try:
         data = tomllib.loads(raw.decode("utf-8"))

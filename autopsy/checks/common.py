@@ -15,6 +15,7 @@ import regex
 
 from autopsy.engine.patterns import hit_evidence, normalise_key, typed
 from autopsy.model import Evidence, Finding
+from autopsy.parsers.safe_open import open_binary
 from autopsy.parsers.types import ConfigEntry, Frame, Hit, LogScan, Traceback
 
 if TYPE_CHECKING:
@@ -337,7 +338,7 @@ def signal_name(number: int | None) -> str | None:
 def read_after(run: Run, hit: Hit, max_lines: int = 20, max_bytes: int = 16384) -> list[str]:
     """Up to ``max_lines`` lines that follow a hit in its log (read at the hit's byte offset)."""
     try:
-        with open(run.fs_path(hit.path), "rb") as fh:
+        with open_binary(run.fs_path(hit.path)) as fh:
             fh.seek(max(hit.offset, 0))
             data = fh.read(max_bytes)
     except OSError:

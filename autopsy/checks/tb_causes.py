@@ -19,6 +19,7 @@ import regex
 
 from autopsy.checks.common import traceback_at
 from autopsy.engine.types import CheckContext
+from autopsy.parsers.safe_open import open_binary
 from autopsy.parsers.types import Hit, Traceback
 from autopsy.run import Run
 
@@ -62,7 +63,7 @@ def frames_text(tb: Traceback) -> str:
 def read_before(run: Run, hit: Hit, max_lines: int = BEFORE_LINES, max_bytes: int = BEFORE_BYTES) -> list[str]:
     """Up to ``max_lines`` lines that precede a hit in its log (read back from the hit's byte offset)."""
     try:
-        with open(run.fs_path(hit.path), "rb") as fh:
+        with open_binary(run.fs_path(hit.path)) as fh:
             if hit.offset < 0:  # a hit made from the log's last line (no offset): read the file's end
                 size = fh.seek(0, 2)
                 start = max(size - max_bytes, 0)

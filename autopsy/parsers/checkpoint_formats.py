@@ -23,6 +23,7 @@ import struct
 import zipfile
 from dataclasses import dataclass, field
 
+from autopsy.parsers.safe_open import open_binary
 from autopsy.parsers.types import FileCheck
 from autopsy.parsers.zipcheck import check_torch_file
 
@@ -92,7 +93,7 @@ def check_keras_archive(path: str, fs_path: str, fd: int, size: int) -> FileChec
     if not fc.ok:
         return fc
     try:
-        with zipfile.ZipFile(fs_path) as zf:
+        with os.fdopen(os.dup(fd), "rb") as fh, zipfile.ZipFile(fh) as zf:
             names = set(zf.namelist())
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
         return FileCheck(path, size, "zip", False, f"zip archive unreadable: {exc}")
@@ -117,7 +118,7 @@ def pickle_facts(fs_path: str, keys: frozenset[str]) -> PickleFacts:
     """Strings and ``key -> number`` pairs of the ``data.pkl`` in a torch zip archive."""
     facts = PickleFacts()
     try:
-        with zipfile.ZipFile(fs_path) as zf:
+        with open_binary(fs_path) as fh, zipfile.ZipFile(fh) as zf:
             members = [i for i in zf.infolist() if i.filename.endswith("data.pkl")]
             if not members:
                 facts.problem = "no data.pkl in the archive"

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from autopsy.model import Artifact
 from autopsy.parsers.checkpoint_formats import pickle_facts
+from autopsy.parsers.safe_open import open_binary
 from autopsy.parsers.types import Checkpoint, FileCheck
 
 Make = Callable[..., Checkpoint]
@@ -147,7 +148,7 @@ def _deepspeed(root: Path, parent: str, tags: dict[str, list[Artifact]], beside:
 
 def _read_small(path: Path) -> str | None:
     try:
-        with open(path, "rb") as fh:
+        with open_binary(path) as fh:
             text = fh.read(256).decode("utf-8", "replace").strip()
     except OSError:
         return None
@@ -183,7 +184,7 @@ def pickle_facts_plain(path: Path) -> set[str]:
 
     out: set[str] = set()
     try:
-        with open(path, "rb") as fh:
+        with open_binary(path) as fh:
             data = fh.read(16 * 1024 * 1024)
         for _op, arg, _pos in pickletools.genops(io.BytesIO(data)):
             if isinstance(arg, str) and len(arg) <= 256:

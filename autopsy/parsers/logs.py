@@ -47,6 +47,7 @@ from autopsy.parsers import log_blocks, log_metrics, log_parallel, log_window
 from autopsy.parsers.log_blocks import ByteCounter, chain, feed, read_blocks, transcode, utf16_kind
 from autopsy.parsers.log_match import CompiledPatterns, compile_patterns, reference_hits
 from autopsy.parsers.log_scanner import LogScanner
+from autopsy.parsers.safe_open import open_regular
 from autopsy.parsers.types import LogScan, PatternSpec
 
 __all__ = ["CompiledPatterns", "PatternSpec", "compile_patterns", "reference_hits", "scan_log"]
@@ -68,8 +69,7 @@ def scan_log(fs_path: Path, rel_path: str, compiled: CompiledPatterns, *, max_by
 def _scan(fs_path: Path, rel_path: str, compiled: CompiledPatterns, max_bytes: int, scan: LogScan) -> LogScan:
     rank = scan.rank
     try:
-        fd = os.open(fs_path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
-                     | getattr(os, "O_CLOEXEC", 0))
+        fd = open_regular(fs_path)
     except OSError as exc:
         scan.status = ParseStatus.UNREADABLE
         scan.note = f"cannot open: {exc.strerror or exc}"

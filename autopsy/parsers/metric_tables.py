@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from autopsy.model import ParseStatus
+from autopsy.parsers.safe_open import open_binary
 from autopsy.parsers.types import MetricRows, Parsed
 
 MAX_FIELD_CHARS = 1 << 20  # a pathological CSV cell; the csv module's default is 128 KiB
@@ -138,7 +139,7 @@ def read_table(fs_path: Path, rel_path: str, *, max_bytes: int, delimiter: str |
     """Series of one CSV/TSV metric table, streamed row by row; never raises on damage."""
     rows = MetricRows(rel_path, "csv")
     try:
-        fh = open(fs_path, "rb")
+        fh = open_binary(fs_path)
     except OSError as exc:
         return Parsed(rows, ParseStatus.UNREADABLE, f"cannot read: {exc.strerror or exc}")
     state = {"partial": False, "no_newline": False}
@@ -251,7 +252,7 @@ def read_jsonl(fs_path: Path, rel_path: str, *, max_bytes: int, source: str = "j
     """Series of a JSON-lines log (one object a line); never raises on damage."""
     rows = MetricRows(rel_path, source)
     try:
-        fh = open(fs_path, "rb")
+        fh = open_binary(fs_path)
     except OSError as exc:
         return Parsed(rows, ParseStatus.UNREADABLE, f"cannot read: {exc.strerror or exc}")
     with fh:
@@ -347,7 +348,7 @@ def read_json_metrics(fs_path: Path, rel_path: str, *, max_bytes: int, source: s
     records, a dict of lists (Keras ``history.history``) or one dict of final values."""
     rows = MetricRows(rel_path, source)
     try:
-        with open(fs_path, "rb") as fh:
+        with open_binary(fs_path) as fh:
             data = fh.read(max_bytes + 1)
     except OSError as exc:
         return Parsed(rows, ParseStatus.UNREADABLE, f"cannot read: {exc.strerror or exc}")

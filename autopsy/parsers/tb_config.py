@@ -25,6 +25,7 @@ from typing import Any
 
 from autopsy.parsers.config_aliases import canonical_key
 from autopsy.parsers.launch_script import parse_value
+from autopsy.parsers.safe_open import open_binary
 from autopsy.parsers.tb_proto import ProtoError
 from autopsy.parsers.types import ConfigEntry
 from autopsy.parsers.wandb_records import proto_fields
@@ -37,7 +38,7 @@ _LEN = struct.Struct("<Q")
 def read_tb_config(fs_path: Path, rel_path: str) -> list[ConfigEntry]:
     """Config entries from the text and hparams summaries near the start of an event file."""
     try:
-        with open(fs_path, "rb") as fh:
+        with open_binary(fs_path) as fh:
             data = fh.read(SCAN_BYTES)
     except OSError:
         return []

@@ -29,6 +29,7 @@ import numpy as np
 
 from autopsy.model import ParseStatus
 from autopsy.parsers import tfrecord
+from autopsy.parsers.safe_open import open_binary
 from autopsy.parsers.tb_decode import Columns, decode_frames
 from autopsy.parsers.types import Parsed
 
@@ -45,7 +46,7 @@ def read_scalars(fs_path: Path, *, max_bytes: int, check_crc: bool = True) -> Pa
     with a bad data CRC is dropped and counted.
     """
     try:
-        fh = open(fs_path, "rb")  # closed in the finally below
+        fh = open_binary(fs_path)  # closed in the finally below
     except OSError as exc:
         return Parsed(None, ParseStatus.UNREADABLE, f"cannot open: {exc.strerror or exc}")
     cols = Columns()

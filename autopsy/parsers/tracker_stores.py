@@ -20,6 +20,7 @@ from autopsy.model import ParseStatus
 from autopsy.parsers.config_aliases import canonical_key
 from autopsy.parsers.launch_script import parse_value
 from autopsy.parsers.metric_tables import read_json_metrics, split_of, to_float, wall_seconds
+from autopsy.parsers.safe_open import open_binary
 from autopsy.parsers.types import ConfigEntry, MetricRows, Parsed
 
 # mlflow/store/tracking/file_store.py writes "%s %s %s\n" % (timestamp, value, step)
@@ -48,7 +49,7 @@ def read_mlflow_metric(fs_path: Path, rel_path: str, *, max_bytes: int) -> Parse
     rows = MetricRows(rel_path, "mlflow")
     split = split_of(tag)
     try:
-        fh = open(fs_path, "rb")
+        fh = open_binary(fs_path)
     except OSError as exc:
         return Parsed(rows, ParseStatus.UNREADABLE, f"cannot read: {exc.strerror or exc}")
     read = 0
@@ -89,7 +90,7 @@ def read_mlflow_param(fs_path: Path, rel_path: str) -> Parsed:
     """``params/<name>``: the whole file is the value (no trailing newline in MLflow's files)."""
     name = rel_path.split("/params/", 1)[1] if "/params/" in rel_path else rel_path.rsplit("/", 1)[-1]
     try:
-        with open(fs_path, "rb") as fh:
+        with open_binary(fs_path) as fh:
             data = fh.read(_MAX_PARAM_BYTES + 1)
     except OSError as exc:
         return Parsed([], ParseStatus.UNREADABLE, f"cannot read: {exc.strerror or exc}")

@@ -29,6 +29,7 @@ from typing import Any
 from autopsy.model import ParseStatus
 from autopsy.parsers.config_aliases import canonical_key
 from autopsy.parsers.metric_tables import column_splits, split_of, to_float, wall_seconds
+from autopsy.parsers.safe_open import open_binary
 from autopsy.parsers.tb_proto import ProtoError, read_varint
 from autopsy.parsers.types import ConfigEntry, MetricRows, Parsed
 
@@ -45,7 +46,7 @@ def read_wandb_log(fs_path: Path, rel_path: str, *, max_bytes: int) -> Parsed:
     """History rows and config of a ``.wandb`` file; never raises on damage."""
     rows = MetricRows(rel_path, "wandb")
     try:
-        with open(fs_path, "rb") as fh:
+        with open_binary(fs_path) as fh:
             data = fh.read(max_bytes + 1)
     except OSError as exc:
         return Parsed(rows, ParseStatus.UNREADABLE, f"cannot read: {exc.strerror or exc}")

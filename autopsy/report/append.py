@@ -17,12 +17,12 @@ import os
 import re
 import shutil
 import stat
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from autopsy.fileio import atomic_replace
 from autopsy.report.markdown import FINGERPRINT_LABEL
 
 # The same line with the run it is about: ``(run `exp42@2026-11-21T12:32:38Z`, path ...)``; entries
@@ -199,22 +199,11 @@ def append_entries(log_path: str | os.PathLike[str], entries: Sequence[tuple[str
             tail = os.pread(old.fileno(), 200, max(0, size - 200)) if old is not None else b""
             new = "\n---\n\n".join(chunks).encode("utf-8")
             mode = stat.S_IMODE(os.fstat(old.fileno()).st_mode) if old is not None else 0o644
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
-                                       dir=path.parent if str(path.parent) else ".")
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    if old is not None:
-                        old.seek(0)
-                        shutil.copyfileobj(old, fh, _CHUNK * 16)
-                    fh.write(_separator(tail) + new)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.chmod(tmp, mode)
-                os.replace(tmp, path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            with atomic_replace(path, mode) as fh:
+                if old is not None:
+                    old.seek(0)
+                    shutil.copyfileobj(old, fh, _CHUNK * 16)
+                fh.write(_separator(tail) + new)
             return AppendResult(tuple(added), tuple(skipped))
         finally:
             if old is not None:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from autopsy.model import Finding
+from autopsy.parsers.safe_open import open_binary
 from autopsy.report.chart_svg import DrawnChart, layout
 from autopsy.report.charts import (
     Chart,
@@ -219,7 +220,7 @@ def read_context(root: Path, wanted: dict[str, list[tuple[int, int]]]) -> dict[s
         last = max(need)
         lines: dict[int, str] = {}
         try:
-            with open(path, "rb") as fh:
+            with open_binary(path) as fh:
                 read = 0
                 for no, raw in enumerate(_bounded_lines(fh), start=1):
                     read += len(raw)
