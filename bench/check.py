@@ -8,8 +8,9 @@ HF logs with and without eval dicts, interleaved torchrun ranks, Lightning, Kera
 metric lines, a log with few candidate lines, a run directory of many small files, a
 trainer_state.json, an event file, and start-up) and prints, for each case, autopsy's wall time
 over its in-run reference (``grep -E`` for logs: the goals' yardstick) and its CPU time over the
-guard reference (a CPU-bound Python loop over the same files, ``json.load`` + DataFrame,
-``python -c pass``...), then that guard ratio over the committed one in ``bench/baseline.json``.
+guard reference (``e2e.CALIBRATION``: a fixed half second of CPU-bound Python, regex and float
+work like the scan's, run interleaved with autopsy in every case; ``python -c pass`` for the
+start-up cases), then that guard ratio over the committed one in ``bench/baseline.json``.
 CPU ratios to a reference measured in the same run cancel most of a shared machine's noise;
 wall times do not. Exit status 1 when a case's guard ratio is more than 25% above its
 baseline, 0 otherwise. Not part of the test suite (no timed tests).

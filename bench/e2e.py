@@ -129,6 +129,30 @@ def measure(commands: dict[str, list[str]], repeat: int) -> dict[str, dict[str, 
     return {k: summarize(v) for k, v in runs.items()}
 
 
+# The guard reference of bench/check.py: a fixed amount of CPU-bound Python (regex over
+# metric-like lines, float conversions, a dict per line: the kind of work autopsy's scan does),
+# about half a second on an idle core. It costs the same in every case and every run, and slows
+# down with the machine as autopsy does, so autopsy's CPU time over it is comparable between a
+# quiet and a busy machine; the tiny references (grep's milliseconds, a 10 ms interpreter start)
+# are not. Deterministic: the same text is built every time.
+CALIBRATION_NAME = "python calibration"
+CALIBRATION = """
+import re
+rx = re.compile(r"(\\w+)[:=] *([-+]?\\d+(?:\\.\\d+)?(?:e[-+]?\\d+)?)")
+text = "\\n".join(f"step {i} | loss {2.0 + (i % 97) / 1000:.4f} | lr {3e-4 * (i % 13):.3e} | grad_norm {i % 7}.5"
+                  for i in range(60_000))
+total = 0.0
+for _ in range(2):
+    for line in text.split("\\n"):
+        d = {k: float(v) for k, v in rx.findall(line)}
+        total += d.get("loss", 0.0)
+"""
+
+
+def calibration_cmd() -> list[str]:
+    return [sys.executable, "-c", CALIBRATION]
+
+
 def analyze_cmd(run_dir: Path) -> list[str]:
     return [sys.executable, "-m", "autopsy", "analyze", str(run_dir), "--format", "json"]
 
@@ -145,14 +169,15 @@ def log_refs(files: list[Path], slow_ok: bool) -> dict[str, list[str]]:
 
 
 # name -> (shape, MB at --size full, MB at --size check, reference used for the ratio)
+# (--size check fits bench/check.py's 60 s on an idle 2-core machine, two runs of each command)
 LOG_CASES: dict[str, tuple[str, float, float]] = {
-    "hf": ("hf", 1024, 12),
-    "hf_noeval": ("hf_noeval", 1024, 12),
-    "torchrun": ("torchrun", 200, 6),
-    "lightning": ("lightning", 200, 6),
-    "keras": ("keras", 200, 6),
-    "openworld": ("openworld", 62, 6),  # ~62 MB is one million metric lines
-    "quiet": ("quiet", 1024, 24),
+    "hf": ("hf", 1024, 6),
+    "hf_noeval": ("hf_noeval", 1024, 6),
+    "torchrun": ("torchrun", 200, 2),
+    "lightning": ("lightning", 200, 2),
+    "keras": ("keras", 200, 2),
+    "openworld": ("openworld", 62, 2),  # ~62 MB is one million metric lines
+    "quiet": ("quiet", 1024, 16),
 }
 
 
@@ -170,9 +195,9 @@ def bench_logs_cases(tmp: Path, size: str, repeat: int, only: set[str] | None,
         files = files_of(d)
         nbytes = sum(p.stat().st_size for p in files)
         slow_ok = size == "check" or nbytes < 300e6
-        cmds = {"autopsy": analyze_cmd(d), **log_refs(files, slow_ok)}
+        cmds = {"autopsy": analyze_cmd(d), **log_refs(files, slow_ok), CALIBRATION_NAME: calibration_cmd()}
         res = measure(cmds, repeat if nbytes < 300e6 else max(1, repeat // 2))
-        report(name, {"desc": desc, "bytes": nbytes, "results": res, "ref": "grep -E", "guard": "python re loop"})
+        report(name, {"desc": desc, "bytes": nbytes, "results": res, "ref": "grep -E", "guard": CALIBRATION_NAME})
         shutil.rmtree(d)
 
 
@@ -199,7 +224,7 @@ def bench_bigfile(tmp: Path, gb: float, report: Callable[[str, dict[str, Any]], 
 
 
 def bench_manyfiles(tmp: Path, size: str, repeat: int, report: Callable[[str, dict[str, Any]], None]) -> None:
-    n = 10_000 if size == "full" else 2_000
+    n = 10_000 if size == "full" else 1_000
     d = tmp / "manyfiles"
     desc = SHAPES["manyfiles"](d, 2, n=n)
     files = files_of(d)
@@ -207,24 +232,26 @@ def bench_manyfiles(tmp: Path, size: str, repeat: int, report: Callable[[str, di
     if shutil.which("rg"):
         cmds["ripgrep"] = ["rg", "-c", "--no-config", "-e", ere_pattern(), str(d)]
     cmds["python re loop"] = log_refs(files, True)["python re loop"]
+    cmds[CALIBRATION_NAME] = calibration_cmd()
     report("manyfiles", {"desc": desc, "bytes": sum(p.stat().st_size for p in files), "files": len(files),
-                         "results": measure(cmds, repeat), "ref": "grep -E", "guard": "python re loop"})
+                         "results": measure(cmds, repeat), "ref": "grep -E", "guard": CALIBRATION_NAME})
     shutil.rmtree(d)
 
 
 def bench_columnar(tmp: Path, size: str, repeat: int, report: Callable[[str, dict[str, Any]], None]) -> None:
     from gen_trainer_state import generate as gen_state
 
-    n = 200_000 if size == "full" else 20_000
+    n = 200_000 if size == "full" else 10_000
     d = tmp / "trainer_state"
     d.mkdir()
     gen_state(d / "trainer_state.json", n)
     cmds = {"autopsy": analyze_cmd(d),
-            "json.load + DataFrame": [sys.executable, "-c", JSON_DF, str(d / "trainer_state.json")]}
+            "json.load + DataFrame": [sys.executable, "-c", JSON_DF, str(d / "trainer_state.json")],
+            CALIBRATION_NAME: calibration_cmd()}
     report("trainer_state", {"desc": f"trainer_state.json, {n:,} log_history entries",
                              "bytes": (d / "trainer_state.json").stat().st_size,
                              "results": measure(cmds, repeat), "ref": "json.load + DataFrame",
-                             "guard": "json.load + DataFrame"})
+                             "guard": CALIBRATION_NAME})
     shutil.rmtree(d)
     try:
         import tbparse  # noqa: F401
@@ -233,16 +260,17 @@ def bench_columnar(tmp: Path, size: str, repeat: int, report: Callable[[str, dic
         have_tbparse = False
     from gen_tfevents import generate as gen_tf
 
-    n = 1_000_000 if size == "full" else 50_000
+    n = 1_000_000 if size == "full" else 20_000
     d = tmp / "tfevents"
     path = gen_tf(d, n, 8, False)
-    cmds = {"autopsy": analyze_cmd(d), "python -c 'import pandas'": [sys.executable, "-c", "import pandas"]}
+    cmds = {"autopsy": analyze_cmd(d), "python -c 'import pandas'": [sys.executable, "-c", "import pandas"],
+            CALIBRATION_NAME: calibration_cmd()}
     if have_tbparse:
         cmds["tbparse"] = [sys.executable, "-c", TBPARSE, str(d)]
     report("tfevents", {"desc": f"TensorBoard event file, {n:,} simple_value scalars"
                         + ("" if have_tbparse else " (tbparse not installed: no reference)"),
                         "bytes": path.stat().st_size, "results": measure(cmds, repeat if size == "check" else 1),
-                        "ref": "tbparse" if have_tbparse else None, "guard": "python -c 'import pandas'"})
+                        "ref": "tbparse" if have_tbparse else None, "guard": CALIBRATION_NAME})
     shutil.rmtree(d)
 
 

@@ -26,6 +26,10 @@ EXPECTED: list[tuple[str, str, str, str, str | None, str, int, int, int]] = [
     ("lightning_clean", "tensorboard", "logs/tb/version_0/events.out", "val_loss", "eval_loss", "val", 9, 49, 5),
     ("lightning_nan", "csv", "logs/csv/version_0/metrics.csv", "train_loss_step", "loss", "train", 1, 29, 15),
     ("lightning_nan", "csv", "logs/csv/version_0/metrics.csv", "val_loss", "eval_loss", "val", 9, 29, 3),
+    # Lightning's TQDM bar in the log (postfix, each step drawn twice; the loggers' files removed):
+    # bar steps are n (epoch x 10 + n), the epoch mean appears from the epoch's last bar on
+    ("lightning_bar_nan", "log", "train.log", "train_loss_step", "loss", "train", 1, 30, 30),
+    ("lightning_bar_nan", "log", "train.log", "train_loss_epoch", "loss", "train", 10, 30, 21),
     # Keras CSVLogger ("training.log") and the fit() console lines (verbose=2)
     ("keras_clean", "csv", "training.log", "loss", "loss", "train", 1, 5, 5),
     ("keras_clean", "csv", "training.log", "val_loss", "eval_loss", "val", 1, 5, 5),

@@ -86,3 +86,33 @@ def test_keras_redraw_followed_by_something_else_is_read() -> None:
     # a redraw not followed by another redraw (a message, a new line) is the line's last word
     log = "Epoch 1/2\n" + _keras(1, 100, "2.5000") + _keras(2, 100, "2.4000") + "\r\n" + "Epoch 2/2\n"
     assert _series(scan_text(log), "loss") == [(1, 2.4)]
+
+
+def test_lightning_redraw_of_a_step_takes_its_later_values_and_reads_nan_0() -> None:
+    # Lightning's TQDMProgressBar: update(n) draws the previous step's loss, then set_postfix draws
+    # the step's own; NaN is padded to "nan.0" (fixtures/runs/lightning_bar_nan/train.log)
+    log = ("\rEpoch 0:  70%|███████   | 7/10 [00:02<00:01,  2.72it/s, v_num=0, train_loss_step=1.32e+28]"
+           "\rEpoch 0:  70%|███████   | 7/10 [00:02<00:01,  2.72it/s, v_num=0, train_loss_step=1.17e+34]"
+           "\rEpoch 0:  80%|████████  | 8/10 [00:02<00:00,  2.75it/s, v_num=0, train_loss_step=1.17e+34]"
+           "\rEpoch 0:  80%|████████  | 8/10 [00:02<00:00,  2.75it/s, v_num=0, train_loss_step=nan.0]   \n")
+    loss = _series(scan_text(log), "train_loss_step")
+    assert loss[0] == (7, 1.17e34)
+    assert loss[1][0] == 8 and math.isnan(loss[1][1]) and len(loss) == 2
+
+
+def test_plain_tqdm_redraw_of_a_step_keeps_its_first_values() -> None:
+    # a loop's set_postfix runs before tqdm counts the iteration (gaussian-splatting: set_postfix then
+    # update(10)): the first draw at n holds n's value, the redraw already shows the next one
+    log = ("\rTraining progress:  95%|█████████▌| 28560/30000 [13:32<00:40, 35.14it/s, Loss=0.0416210]"
+           "\rTraining progress:  95%|█████████▌| 28560/30000 [13:32<00:40, 35.14it/s, Loss=0.0409720]"
+           "\rTraining progress:  95%|█████████▌| 28570/30000 [13:33<00:40, 35.03it/s, Loss=0.0409720]\n")
+    assert _series(scan_text(log), "Loss") == [(28560, 0.041621), (28570, 0.040972)]
+
+
+def test_bar_reset_to_zero_records_nothing() -> None:
+    # a bar reset for the next epoch (n = 0) still shows the last step's postfix: not a new point
+    log = ("\rEpoch 0: 100%|██████████| 10/10 [00:05<00:00,  1.79it/s, v_num=0, train_loss_step=0.500]"
+           "\rEpoch 0:   0%|          | 0/10 [00:00<?, ?it/s, v_num=0, train_loss_step=0.500]"
+           "\rEpoch 1:   0%|          | 0/10 [00:00<?, ?it/s, v_num=0, train_loss_step=0.500]"
+           "\rEpoch 1:  10%|█         | 1/10 [00:00<00:00, 20.17it/s, v_num=0, train_loss_step=0.400]\n")
+    assert _series(scan_text(log), "train_loss_step") == [(10, 0.5), (11, 0.4)]

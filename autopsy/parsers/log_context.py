@@ -80,6 +80,7 @@ class BlockContext:
     max_steps_seen: int | None
     last_rate_step: int | None
     last_rate_tags: tuple[int | None, frozenset[str | None]]
+    last_rate_records: int
     ts_index: tuple[list[int], list[float]] | None
     ts_scanned: int
     ts_prev: float | None
@@ -224,16 +225,28 @@ class BlockContext:
 
     def _rate_points(self, bar: Bar, s: int, e: int, rank: int | None) -> None:
         step = bar.step
+        if bar.n == 0:  # nothing done under this bar yet: its postfix is the previous step's (a reset)
+            self.last_rate_step, self.last_rate_tags = step, (step, frozenset())
+            return
         pairs = list(bar.postfix)
         if bar.rate is not None and bar.unit:
             pairs.insert(0, (bar.unit, bar.rate))
         if step == self.last_rate_step:
             if step is None:
                 return  # bars without a global step record nothing more
-            # the same step drawn again: only what it adds (Lightning's last bar of an epoch gains
-            # val_loss after validation); the fast paths record the rate alone
+            # The same step drawn again, when the postfix changes. Which draw holds the step's own
+            # values depends on the caller: Lightning's bar ("Epoch 3: ...") calls update(n) and
+            # then set_postfix(step's metrics) in on_train_batch_end, so its first draw shows the
+            # previous step's loss and the later one wins (in place, while the bar's line is the
+            # last one stored); a plain loop's set_postfix runs before tqdm counts the iteration
+            # (and gaussian-splatting's before update(10)), so there the first draw is the step's.
+            # What a redraw adds (the epoch's last bar gains val_loss) is added; the fast paths
+            # record the rate alone.
             seen_step, seen = self.last_rate_tags
             seen = seen if seen_step == step else frozenset({bar.unit})
+            if seen_step == step and bar.epoch is not None and bar.epoch_known:
+                ids = dict(zip(self.series.tag_ids([t for t, _ in pairs]), (v for _, v in pairs), strict=True))
+                self.series.redraw_last(self.last_rate_records, ids, self._lineno(s), self._wall_at(e))
             pairs = [(t, v) for t, v in pairs if t not in seen]
             if not pairs:
                 return
@@ -245,6 +258,7 @@ class BlockContext:
         values = [v for _, v in pairs]
         if tags:
             self.series.add_line(tags, values, step, self._lineno(s), self._wall_at(e), rank)
+            self.last_rate_records = self.series.records
 
     def _index_timestamps(self, buf: bytes) -> None:
         pos: list[int] = []

@@ -108,6 +108,7 @@ class LogScanner(BlockContext):
         self.counted = False  # some step was a dict ordinal (LogScan.steps_inferred)
         self.last_rate_step: int | None = None
         self.last_rate_tags: tuple[int | None, frozenset[str | None]] = (None, frozenset())
+        self.last_rate_records = -1  # the series store's record count right after the last bar line
         self.first_wall: float | None = None
         self.last_wall: float | None = None
         self.ts_prev: float | None = None  # last timestamp of earlier blocks

@@ -34,6 +34,9 @@ __all__ = ["MAX_SERIES_POINTS", "MAX_STEP", "_NO_STEP", "SeriesStore", "point"] 
 # ------------------------------------------------------------------------ HF dicts
 
 _NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|NaN|inf|Inf|Infinity)"
+# Lightning's tqdm bar pads every float to five characters, non-finite ones too: "nan.0", "inf.0"
+# (lightning.pytorch.callbacks.progress.tqdm_progress.Tqdm.format_num). Bar postfixes only.
+_NUM_BAR = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|(?:nan|NaN|inf|Inf)(?:\.0)?|Infinity)"
 # transformers >= 5 quotes every value ({'loss': '4.963', 'grad_norm': 'nan'}): a quoted value
 # counts only when the whole string is a number, so {'run_name': 'exp-1'} stays out.
 _DICT_KV = re.compile(
@@ -248,7 +251,7 @@ _BAR = re.compile(
     r"(?P<n>\d+)(?:/(?P<total>\d+))?(?:it)?\s*\[[^\],\]]*"
     r"(?:,\s*(?P<rate>\d+(?:\.\d+)?|\?)\s*(?P<unit>it/s|s/it))?(?P<post>[^\]]*)\]"
 )
-_POSTFIX_KV = re.compile(r"([A-Za-z_][\w/.\-]*)=(" + _NUM + r")(?![\w.])")
+_POSTFIX_KV = re.compile(r"([A-Za-z_][\w/.\-]*)=(" + _NUM_BAR + r")(?![\w.])")
 # Lightning's bar description ("Epoch 3: 45%|...") counts epochs from 0; "Epoch 1/10" does not.
 _EPOCH = re.compile(r"\bEpoch\s+(\d+)\b(?!\s*/)")
 # Bars that are not the training loop: loading, preprocessing, evaluation, downloads.
@@ -282,6 +285,11 @@ class Bar:
                 step = self.epoch * self.total + self.n
                 return step if step < MAX_STEP else None
         return self.n
+
+
+def _padded_nonfinite(raw: str) -> str:
+    """"nan.0" -> "nan" (Lightning's padding), other numbers unchanged."""
+    return raw.split(".", 1)[0] if raw[-1:] == "0" and raw.lstrip("+-")[:1] in "nNiI" else raw
 
 
 def _last_bar(text: str) -> re.Match[str] | None:
@@ -348,7 +356,7 @@ def _bar_from(best: re.Match[str]) -> Bar:
         if km.group(1) == "v_num":
             continue
         try:
-            post.append((km.group(1), float(km.group(2))))
+            post.append((km.group(1), float(_padded_nonfinite(km.group(2)))))
         except ValueError:
             continue
     desc_rest = _EPOCH.sub("", desc)

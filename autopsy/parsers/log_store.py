@@ -128,6 +128,22 @@ class SeriesStore(Sequence[SeriesPoint]):
             if len(self.value) >= self.cap:
                 self._thin()
 
+    def redraw_last(self, records: int, values: dict[int, float], lineno: int, wall: float | None) -> bool:
+        """Overwrite, in the line stored last, the values of the given tag ids: a progress bar drawn
+        again for the same step with newer values. Only when that line is still the last one
+        (``records`` unchanged since it was added) and unthinned; False when nothing was done."""
+        if records != self.records or self.stride != 1 or not self.l_start:
+            return False
+        start = self.l_start[-1]
+        for i in range(start, len(self.value)):
+            v = values.get(self.tag[i])
+            if v is not None:
+                self.value[i] = v
+        self.l_lineno[-1] = lineno
+        self.l_wall[-1] = math.nan if wall is None else wall
+        self._expanded = None
+        return True
+
     def fast_columns(self) -> tuple[array[Any], ...]:
         """The arrays a caller may append to directly (l_start, l_step, l_lineno, l_wall, l_rank,
         l_rec, tag, value); fetched again after :meth:`_thin`, which replaces them."""
