@@ -124,3 +124,32 @@ def test_frames_gate(rule: str, context: str, open_: bool) -> None:
 ])
 def test_last_line_exception_names(name: str, is_exc: bool) -> None:
     assert _looks_like_exception(name) is is_exc
+
+
+# torchrun relaying a stop to its workers, then a worker's traceback cut before its exception line
+# (lines from the RTD-Action #31 corpus entry; the SIGTERM wording is torch 2.x's, as in the olmo entry).
+_RELAY_SIGINT = ("WARNING:torch.distributed.elastic.agent.server.api:Received 2 death signal, shutting down workers\n"
+                 "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 4797 closing signal SIGINT\n")
+_RELAY_SIGTERM = ("W0101 10:00:00.000000 140 torch/distributed/elastic/agent/server/api.py:704] Received "
+                  "Signals.SIGTERM death signal, shutting down workers\n")
+_CUT_TRACEBACK = ('Traceback (most recent call last):\n  File "main.py", line 84, in <module>\n    main()\n'
+                  '  File "/root/anaconda3/envs/biot5/lib/python3.8/site-packages/hydra/main.py", line 94, in '
+                  'decorated_main\n    _run_hydra(\n')
+
+
+@pytest.mark.parametrize(("above", "stop"), [
+    (_RELAY_SIGINT, "KeyboardInterrupt"),
+    (_RELAY_SIGTERM, "SIGTERM"),
+    ("Epoch 3: 100%|##########| 50/50 [00:10<00:00]\n", None),  # nothing marks it: a cut crash traceback
+    (_RELAY_SIGINT + "".join(f"step {i} loss 2.0\n" for i in range(5)), None),  # the relay is too far above
+])
+def test_a_cut_traceback_right_below_a_relayed_stop_is_a_stop(tmp_path, above: str, stop: str | None) -> None:  # type: ignore[no-untyped-def]
+    from autopsy.checks.hang import marked_stop
+    from autopsy.run import load_run
+
+    (tmp_path / "console.txt").write_text(above + _CUT_TRACEBACK, encoding="utf-8")
+    run = load_run(tmp_path)
+    tbs = [tb for tb in run.all_tracebacks if not tb.exc_type]
+    assert len(tbs) == 1
+    assert marked_stop(run, tbs[0]) == stop
+    assert is_stop(tbs[0], run) is (stop is not None)

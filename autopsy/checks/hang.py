@@ -66,23 +66,56 @@ def is_stop(tb: Traceback, run: Run | None = None) -> bool:
 
     With ``run``, a traceback cut before its exception line counts when the terminal's echo of
     Ctrl-C ("^C") opens its header line or ends the line above it (``^CTraceback (most recent
-    call last):``, a bar ``58/71 [23:09<05:11, 23.96s/it]^C``).
+    call last):``, a bar ``58/71 [23:09<05:11, 23.96s/it]^C``), and so does one right below
+    torchrun's relay of the stop to its workers (:func:`marked_stop`).
     """
     last = tb.exc_type.rsplit(".", 1)[-1]
     if last in _STOP_TYPES or bool(last and _STOP_MESSAGE.search(tb.message.split("\n", 1)[0])):
         return True
-    return run is not None and not tb.exc_type and ctrl_c_marked(run, tb)
+    return run is not None and not tb.exc_type and marked_stop(run, tb) is not None
+
+
+# torchrun's elastic agent relaying a stop to its workers, printed right before the workers' tracebacks:
+# "Received 2 death signal, shutting down workers" (torch/distributed/elastic/agent/server/api.py; the
+# signal number in torch 1.x, "Signals.SIGINT" in 2.x) and "Sending process 4797 closing signal SIGINT"
+# (torch/distributed/elastic/multiprocessing/api.py).
+_RELAYED_STOP = regex.compile(r"Received (?:Signals\.)?(SIGINT|SIGTERM|2|15) death signal, shutting down workers"
+                              r"|Sending process \d+ closing signal (SIGINT|SIGTERM)\b")
+_RELAY_WINDOW = 3  # non-blank lines above a traceback's header searched for the relay
+
+
+def marked_stop(run: Run, tb: Traceback) -> str | None:
+    """How a traceback cut before its exception line is marked as a stop: "KeyboardInterrupt",
+    "SIGTERM", or None.
+
+    "KeyboardInterrupt" when the terminal's "^C" opens its header line or ends the line above it,
+    or when torchrun's relay of SIGINT to its workers is among the few lines right above it;
+    "SIGTERM" for torchrun's relay of SIGTERM. Read from the log's tail, where a stop's traceback is.
+    """
+    scan = next((s for s in run.logs if s.path == tb.path), None)
+    if scan is None:
+        return None
+    lines = dict(scan.tail)
+    head, above = lines.get(tb.line_start, ""), lines.get(tb.line_start - 1, "")
+    if head.lstrip().startswith("^C") or above.rstrip().endswith("^C"):
+        return "KeyboardInterrupt"
+    seen = 0
+    for lineno in range(tb.line_start - 1, max(0, tb.line_start - 1 - 4 * _RELAY_WINDOW), -1):
+        line = lines.get(lineno)
+        if line is None or not line.strip():
+            continue
+        m = _RELAYED_STOP.search(line)
+        if m is not None:
+            return "SIGTERM" if (m.group(1) or m.group(2)) in ("SIGTERM", "15") else "KeyboardInterrupt"
+        seen += 1
+        if seen >= _RELAY_WINDOW:
+            break
+    return None
 
 
 def ctrl_c_marked(run: Run, tb: Traceback) -> bool:
-    """The terminal's "^C" on the traceback's header line or at the end of the line above it (read from
-    the log's tail, where a stop's traceback is)."""
-    scan = next((s for s in run.logs if s.path == tb.path), None)
-    if scan is None:
-        return False
-    lines = dict(scan.tail)
-    head, above = lines.get(tb.line_start, ""), lines.get(tb.line_start - 1, "")
-    return head.lstrip().startswith("^C") or above.rstrip().endswith("^C")
+    """A traceback cut before its exception line that a stop marks (:func:`marked_stop`)."""
+    return marked_stop(run, tb) is not None
 
 
 def is_hang_dump(tb: Traceback) -> bool:
@@ -165,7 +198,7 @@ def interrupted_hang_finding(ctx: CheckContext, waits: list[InterruptedWait]) ->
     lead = waits[-1]  # the last stop is the one that ended the run
     tb = lead.traceback
     last = ctx.run.last_step
-    stop = tb.exc_type.rsplit(".", 1)[-1] or ("KeyboardInterrupt" if ctrl_c_marked(ctx.run, tb) else "stack dump")
+    stop = tb.exc_type.rsplit(".", 1)[-1] or marked_stop(ctx.run, tb) or "stack dump"
     facts: dict[str, object] = {"stop": stop, "waiting_frame": lead.frame_text,
                                 "waiting_function": lead.frame.function, "last_step": last,
                                 "max_steps": ctx.run.max_steps, "count": len(waits)}

@@ -71,9 +71,10 @@ _DEVICE = {"xla_tpu_compile": "TPU", "xla_tpu": "TPU", "mps": "Apple GPU (MPS)"}
 
 def _unit(hit: Hit, name: str, group_name: str) -> str | None:
     unit = group(hit, group_name)
-    # PyTorch's MPS allocator formats sizes in powers of 1024 but labels them "GB"/"MB".
-    if unit is not None and name == "mps_oom" and unit.upper() in ("KB", "MB", "GB", "TB"):
-        return unit[0] + "iB"
+    # PyTorch's MPS allocator and PaddlePaddle's (string::HumanReadableSize: "98.000244MB" is 102760704
+    # bytes / 1024**2) format sizes in powers of 1024 but label them "kB"/"MB"/"GB".
+    if unit is not None and name in ("mps_oom", "paddle_oom") and unit.upper() in ("KB", "MB", "GB", "TB"):
+        return unit[0].upper() + "iB"
     return unit
 
 
@@ -88,7 +89,7 @@ def _figures(hit: Hit, name: str) -> dict[str, Any]:
     out["free_gib"] = size_to_gib(group(hit, "free"), _unit(hit, name, "free_unit"))
     # XLA's compile-time figure (what the program needs) and MPS's own/other allocations.
     out["needed_gib"] = size_to_gib(group(hit, "used"), group(hit, "used_unit"))
-    if name == "mps_oom":
+    if name in ("mps_oom", "paddle_oom"):
         out["allocated_gib"] = size_to_gib(group(hit, "allocated"), _unit(hit, name, "allocated_unit"))
         out["other_gib"] = size_to_gib(group(hit, "other"), _unit(hit, name, "other_unit"))
     if group(hit, "memory_space"):

@@ -206,7 +206,8 @@ def _user_interrupts(signals: list[Signal]) -> dict[str, int] | None:
     """path -> line of the first Ctrl-C when every end signal is the user's interrupt, else None."""
     if not signals or not all(s.termination and s.evidence.line is not None for s in signals):
         return None
-    if not all(_USER_INTERRUPT.search(s.text) or s.kind == "traceback" for s in signals):
+    # (the stop's own traceback, and its header line, which end_signals marks as a termination)
+    if not all(_USER_INTERRUPT.search(s.text) or s.kind in ("traceback", "error_line") for s in signals):
         return None
     first: dict[str, int] = {}
     for s in signals:
@@ -228,8 +229,9 @@ def stalled(ctx: CheckContext) -> Iterable[Finding]:
     signals = end_signals(run)
     interrupts = _user_interrupts(signals)
     if setup and not run.exit_codes and (not signals or interrupts is not None) \
-            and (planned is None or last is None or last < planned):
-        # (a user's Ctrl-C right after a setup message is how a hang in that stage usually ends)
+            and (planned is None or last is None or last < planned or interrupts is not None):
+        # (a user's Ctrl-C right after a setup message is how a hang in that stage usually ends; then a
+        # step count an earlier bar reached - dataset loading "3/3" - says nothing about the stage it hung in)
         ended_on_setup = setup_stall_hits(run, setup, _AFTER_SETUP, interrupts)
         if ended_on_setup:
             return [setup_stall_finding(ctx, ended_on_setup, interrupted=interrupts is not None)]

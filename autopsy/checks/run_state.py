@@ -82,14 +82,17 @@ def end_signals(run: Run) -> list[Signal]:
             continue
         out.append(Signal("exit_code", f"exit code {code}", Evidence(path=path, excerpt=str(code)),
                           code in TERMINATION_EXIT_CODES))
+    # the header lines of tracebacks cut before their exception line that a stop marks (hang.marked_stop)
+    stop_heads = {(tb.path, tb.line_start) for tb in run.all_tracebacks if not tb.exc_type and ctrl_c_marked(run, tb)}
     for scan in run.logs:
         for lineno, line in scan.tail:
             if TERMINATION_LINE.search(line):  # the lines autopsy.clock reads to tell that a process ended
                 out.append(Signal("termination", line.strip()[:300], _tail_evidence(scan, lineno, line), True))
             elif ERROR_LINE.search(line.strip()):
-                # "^CTraceback (most recent call last):": the header of the user's Ctrl-C, not of a crash
+                # "^CTraceback (most recent call last):", or a header right below torchrun's relay of the
+                # user's SIGINT: the header of a stop's traceback, not of a crash
                 out.append(Signal("error_line", line.strip()[:300], _tail_evidence(scan, lineno, line),
-                                  line.lstrip().startswith("^C")))
+                                  line.lstrip().startswith("^C") or (scan.path, lineno) in stop_heads))
     return out
 
 
