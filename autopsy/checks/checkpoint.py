@@ -15,7 +15,7 @@ import numpy as np
 import regex
 
 from autopsy.checks.checkpoint_load import load_failures
-from autopsy.checks.run_state import end_signals, seconds_since_progress
+from autopsy.checks.run_state import end_signals, epoch_progress_time
 from autopsy.checks.series import cite, config_entry, config_evidence, config_float, median_cadence, rounded
 from autopsy.engine.types import CheckContext, NotEvaluated
 from autopsy.model import Confidence, Evidence, Finding, Severity
@@ -343,9 +343,11 @@ def gap(ctx: CheckContext) -> Iterable[Finding]:
 
 
 def _inactive(run: Run, ctx: CheckContext) -> bool:
-    # Event wall times or real mtimes (run.clock): a copy's mtimes say nothing about activity.
-    idle = seconds_since_progress(run)
-    return idle is not None and idle > float(ctx.param("inactive_seconds"))
+    # Event wall times or real mtimes (run.clock): a copy's mtimes say nothing about activity. With no
+    # clock at all the log's lines just stop, which a cut paste or a live run shows too (run.incomplete
+    # says it cannot tell): not a stop to count lost work from.
+    t_prog, _ = epoch_progress_time(run)
+    return t_prog is not None and run.now - t_prog > float(ctx.param("inactive_seconds"))
 
 
 def _seconds_between(run: Run, step_a: int | None, step_b: int) -> float | None:

@@ -365,6 +365,8 @@ def incomplete(ctx: CheckContext) -> Iterable[Finding]:
             return []
         if t_prog is not None and idle < _stall_threshold(ctx, cadence_seconds(run)):
             return _maybe_running(ctx, t_prog, t_src)
+        if t_prog is None:
+            return _cannot_tell(ctx)
         how = ("it left no error, exit status or termination line (killed from outside, the log was cut, "
                "or the process is still alive and hung)")
         confidence = Confidence.LOW
@@ -394,6 +396,26 @@ def _outlived(sig: Signal, signals: list[Signal]) -> bool:
         return False
     return any(t.termination and t.kind == "termination" and t.evidence.path == sig.evidence.path
                and t.evidence.line is not None and t.evidence.line > sig.evidence.line for t in signals)
+
+
+def _cannot_tell(ctx: CheckContext) -> list[Finding]:
+    """Short of max_steps, nothing recorded the end, and no clock tells how long ago the last step was.
+
+    The log's lines simply stop: a run killed without a trace, a log cut by a paste or a partial
+    copy, and a healthy run still going all look like this. Saying the run ended early would be a
+    guess; the report says what it saw and that it cannot tell (info: never the primary finding).
+    """
+    run = ctx.run
+    last, planned = run.last_step, run.max_steps
+    if last is None or planned is None:
+        return []
+    facts: dict[str, object] = {"last_step": last, "max_steps": planned, "fraction_done": round(last / planned, 4)}
+    msg = (f"The log stops at step {last} of {planned} with no error, exit status or termination line, and no clock "
+           "(TensorBoard wall times, the run's own file times) tells how long ago that step was: the run may have "
+           "been killed without a trace, the log may be cut (a paste, a partial copy), or the run may still be "
+           "going. Not enough to say it ended early.")
+    return [ctx.finding(msg, key="run.incomplete:cannot_tell", facts=facts, severity=Severity.INFO,
+                        confidence=Confidence.LOW, step=last)]
 
 
 def _maybe_running(ctx: CheckContext, t_prog: float, t_src: str) -> list[Finding]:
