@@ -130,8 +130,10 @@ def looks_binary(head: bytes) -> bool:
         if head[1::2].count(0) > len(head) // 4 or head[0::2].count(0) > len(head) // 4:
             return False
         return True
-    # Text logs hold almost no C0 controls besides TAB/LF/CR/ESC; random bytes hold ~10%.
-    control = sum(1 for b in head if b < 9 or 13 < b < 27 or 27 < b < 32 or b == 127)
+    # Text logs hold almost no C0 controls besides BS/TAB/LF/CR/ESC; random bytes hold ~10%.
+    # Backspace is text: Keras 3's Progbar erases each redraw with one "\b" per column before its
+    # "\r" (dynamic display is on wherever the posix module is loaded, so in every Linux log file).
+    control = sum(1 for b in head if b < 8 or 13 < b < 27 or 27 < b < 32 or b == 127)
     return control > len(head) // 25
 
 

@@ -56,6 +56,17 @@ def test_binary_file_named_log_is_not_text() -> None:
     assert kind is ArtifactKind.OTHER and detail == "binary"
 
 
+def test_keras3_progbar_with_backspaces_is_text() -> None:
+    # Keras 3's Progbar erases each redraw with one backspace per column (fixtures/runs/keras_progbar_nan)
+    redraw = ("\r\x1b[1m1/7\x1b[0m \x1b[32m━━\x1b[0m\x1b[37m━━━━━━━━━━━━━━━━━━\x1b[0m \x1b[1m9s\x1b[0m 2s/step"
+              " - loss: 989.9342 - mae: 24.8975")
+    head = ("Epoch 1/4\n" + (redraw + "\b" * 60) * 20).encode()
+    assert not looks_binary(head)
+    assert classify("console.log", head)[0] is ArtifactKind.LOG
+    # other C0 controls in the same proportion are still binary
+    assert looks_binary(head.replace(b"\b", b"\x01"))
+
+
 def test_utf16_log_is_text() -> None:
     head = "\ufeffstep 1 loss 2.0\n".encode("utf-16")
     assert not looks_binary(head)

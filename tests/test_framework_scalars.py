@@ -37,6 +37,8 @@ EXPECTED: list[tuple[str, str, str, str, str | None, str, int, int, int]] = [
     ("keras_clean", "log", "console.log", "loss", "loss", "train", 1, 5, 5),
     ("keras_clean", "log", "console.log", "val_loss", "eval_loss", "val", 1, 5, 5),
     ("keras_nan", "csv", "training.log", "val_loss", "eval_loss", "val", 1, 1, 1),
+    # Keras 3's Progbar (verbose=1, backspaces and ANSI): the epoch's last redraw and its summary
+    ("keras_progbar_nan", "log", "console.log", "val_loss", "eval_loss", "val", 1, 1, 1),
     # MLflow file store: mlruns/<experiment>/<run>/metrics/<name>
     ("mlflow_clean", "mlflow", "/metrics/train_loss", "train_loss", "loss", "train", 0, 79, 80),
     ("mlflow_clean", "mlflow", "/metrics/val_loss", "val_loss", "eval_loss", "val", 19, 79, 4),

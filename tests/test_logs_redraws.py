@@ -116,3 +116,16 @@ def test_bar_reset_to_zero_records_nothing() -> None:
            "\rEpoch 1:   0%|          | 0/10 [00:00<?, ?it/s, v_num=0, train_loss_step=0.500]"
            "\rEpoch 1:  10%|█         | 1/10 [00:00<00:00, 20.17it/s, v_num=0, train_loss_step=0.400]\n")
     assert _series(scan_text(log), "train_loss_step") == [(10, 0.5), (11, 0.4)]
+
+
+def _keras3(n: int, total: int, loss: str) -> str:
+    done = n * 20 // total
+    return (f"\r\x1b[1m{n}/{total}\x1b[0m \x1b[32m{'━' * done}\x1b[0m\x1b[37m{'━' * (20 - done)}\x1b[0m "
+            f"\x1b[1m9s\x1b[0m 2s/step - loss: {loss} - mae: 24.8975" + "\b" * 70)
+
+
+def test_keras3_progbar_redraws_give_the_last_one() -> None:
+    # Keras 3: ANSI colours, a bar of "━", each redraw erased with backspaces before its "\r"
+    # (fixtures/runs/keras_progbar_nan/console.log)
+    log = "Epoch 1/4\n" + "".join(_keras3(n, 7, f"{900 + n}.5000") for n in range(1, 5)) + "\n"
+    assert _series(scan_text(log), "loss") == [(1, 904.5)]

@@ -53,6 +53,7 @@ class SeriesStore(Sequence[SeriesPoint]):
         self.cap = MAX_SERIES_POINTS if cap is None else cap  # read at run time: tests lower it
         self.tag_names: list[str] = []
         self._tag_ids: dict[str, int] = {}
+        self._line_ids: dict[tuple[str, ...], list[int]] = {}  # a log repeats its lines' keys
         self.tag = array("I")  # per point
         self.value = array("d")
         self.l_start = array("q")  # per line: index of its first point
@@ -77,7 +78,13 @@ class SeriesStore(Sequence[SeriesPoint]):
         return i
 
     def tag_ids(self, tags: Sequence[str]) -> list[int]:
-        return [self._tid(t) for t in tags]
+        key = tuple(tags)
+        ids = self._line_ids.get(key)
+        if ids is None:
+            ids = [self._tid(t) for t in tags]
+            if len(self._line_ids) < 4096:
+                self._line_ids[key] = ids
+        return ids
 
     def new_block(self) -> None:
         """Line keys restart here (the scanner calls this at each block it reads)."""

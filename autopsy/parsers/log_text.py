@@ -88,11 +88,14 @@ def clean(raw: bytes, label_mode: int = LABEL_NONE) -> tuple[str, int | None]:
 # "[elapsed<remaining, rate{postfix}]" ("[00:03, 14.2it/s]" without a total); Keras with its
 # "N/M [====>...] - ETA: 3s - loss: 0.69" metrics, each value a number or a time.
 _TQDM_END = re.compile(r"\[(?:\d+:)?\d\d:\d\d(?:<(?:(?:\d+:)?\d\d:\d\d|\?))?,[^\[\]\n]*\]")
-KERAS_BAR = re.compile(r"\s*\d+/\d+ \[[=>.]*\]")
+# Keras 2 draws "[====>....]"; Keras 3 draws "━" in two colours (ANSI, stripped before this).
+KERAS_BAR = re.compile(r"\s*\d+/\d+ (?:\[[=>.]*\]|━+)")
 # Keras' Progbar redrawn in place: "\r 57/1875 [>....] - ETA: 1:02 - loss: 0.4123 - accuracy: 0.87".
 # Its metrics are the epoch's running means and the reader puts them on the epoch axis, so every
 # redraw of one epoch has the same step: only the last one of a physical line says more.
-_KERAS_REDRAW = re.compile(rb"[ \t]*\d+/\d+ \[[=>.]*\] - ")
+_ANSI_B = rb"(?:\x1b\[[0-9;]*m)*"
+_KERAS_REDRAW = re.compile(rb"[ \t]*" + _ANSI_B + rb"\d+/\d+" + _ANSI_B + rb" " + _ANSI_B
+                           + rb"(?:\[[=>.]*\] - |\xe2\x94\x81)")
 
 
 def keras_redrawn(buf: bytes, end: int) -> bool:
