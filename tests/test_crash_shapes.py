@@ -28,6 +28,9 @@ from autopsy.parsers.types import Frame, Traceback
     ("45it [00:03, 14.2it/s]Traceback (most recent call last):", "Traceback (most recent call last):"),
     # Keras progress bar, then Killed
     (" 128/1000 [==>...........................] - ETA: 3s - loss: 0.6931Killed", "Killed"),
+    # Keras 3's Progbar (no brackets), then TerminateOnNaN's line (fixtures/runs/keras_progbar_nan)
+    ("1/7 ━━━━━━━━━━━━━━━━━━━━ 9s 2s/step - loss: 989.9342 - mae: 24.8975Batch 3: Invalid loss, terminating training",
+     "Batch 3: Invalid loss, terminating training"),
     # pyemma's own progress display, then bash's Terminated
     ("getting output of UniformTimeClustering:  20% (117/558) [#      ] eta 28:34:54 \\Terminated", "Terminated"),
 ])
@@ -39,6 +42,7 @@ def test_message_glued_to_a_bar_is_split_off(line: str, tail: str) -> None:
 @pytest.mark.parametrize("line", [
     "Epoch 0:  45%|####5     | 450/1000 [00:10<00:12, 43.2it/s, v_num=0, loss=0.3]",
     " 128/1000 [==>...........................] - ETA: 3s - loss: 0.6931 - mAP: 0.5",
+    "7/7 ━━━━━━━━━━━━━━━━━━━━ 2s 351ms/step - loss: inf - mae: inf - val_loss: nan - val_mae: nan",
     "the DataLoader worker was Killed",
     "[rank0]: [2024-01-01 10:00:00] step 5 loss 2.0",
     "Killed",

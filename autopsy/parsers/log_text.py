@@ -127,14 +127,14 @@ def split_glued(text: str) -> list[str]:
         if m0 is not None and m0.start() > 0:
             return [text[:m0.start()], text[m0.start():]]
     close = text.find("]")
-    if close < 0:
-        return [text]
-    for m in _TQDM_END.finditer(text):
-        rest = text[m.end():].lstrip()
-        if rest and not rest.startswith("|"):
-            return [text[:m.end()], rest]
-    if KERAS_BAR.match(text) is not None:
-        m2 = _KERAS_TAIL.search(text, close + 1)
+    if close >= 0:
+        for m in _TQDM_END.finditer(text):
+            rest = text[m.end():].lstrip()
+            if rest and not rest.startswith("|"):
+                return [text[:m.end()], rest]
+    kb = KERAS_BAR.match(text)
+    if kb is not None:  # Keras 3's bar has no "]": the tail is searched after the bar
+        m2 = _KERAS_TAIL.search(text, kb.end())
         if m2 is not None:
             return [text[:m2.start()], text[m2.start():]]
     return [text]
