@@ -171,13 +171,13 @@ def log_refs(files: list[Path], slow_ok: bool) -> dict[str, list[str]]:
 # name -> (shape, MB at --size full, MB at --size check, reference used for the ratio)
 # (--size check fits bench/check.py's 60 s on an idle 2-core machine, two runs of each command)
 LOG_CASES: dict[str, tuple[str, float, float]] = {
-    "hf": ("hf", 1024, 6),
-    "hf_noeval": ("hf_noeval", 1024, 6),
+    "hf": ("hf", 1024, 4),
+    "hf_noeval": ("hf_noeval", 1024, 4),
     "torchrun": ("torchrun", 200, 2),
     "lightning": ("lightning", 200, 2),
     "keras": ("keras", 200, 2),
     "openworld": ("openworld", 62, 2),  # ~62 MB is one million metric lines
-    "quiet": ("quiet", 1024, 16),
+    "quiet": ("quiet", 1024, 8),
 }
 
 

@@ -30,6 +30,8 @@ EXPECTED: list[tuple[str, str, str, str, str | None, str, int, int, int]] = [
     # bar steps are n (epoch x 10 + n), the epoch mean appears from the epoch's last bar on
     ("lightning_bar_nan", "log", "train.log", "train_loss_step", "loss", "train", 1, 30, 30),
     ("lightning_bar_nan", "log", "train.log", "train_loss_epoch", "loss", "train", 10, 30, 21),
+    # Lightning's Rich bar: one last frame, its metrics wrapped under it; step = epoch x 10 + n
+    ("lightning_rich_nan", "log", "train.log", "train_loss_step", "loss", "train", 30, 30, 1),
     # Keras CSVLogger ("training.log") and the fit() console lines (verbose=2)
     ("keras_clean", "csv", "training.log", "loss", "loss", "train", 1, 5, 5),
     ("keras_clean", "csv", "training.log", "val_loss", "eval_loss", "val", 1, 5, 5),

@@ -124,6 +124,8 @@ class MetricReader:
         self.block: tuple[Style, str] | None = None  # open block style and its split
         self.table: tuple[Style, list[str]] | None = None
         self.table_idle = 0
+        self.wrap_step: int | None = None  # a wrapped style's step (its opener's), for its rows
+        self.wrap_key: str | None = None  # a key whose value wrapped onto the next row
 
     # ------------------------------------------------------------------ learning
 
@@ -189,11 +191,13 @@ class MetricReader:
 
     def _style(self, style: Style, text: str) -> Reading | bool | None:
         """A reading, None (the style took the line, nothing to read) or False (not this style)."""
-        if style.kind in ("block", "table"):
+        if style.kind in ("block", "table", "wrapped"):
             assert style.opener is not None
             m = style.opener.search(text)
             if m is None:
                 return False
+            if style.kind == "wrapped":
+                return self._wrapped_opener(style, m)
             if style.kind == "block":
                 self.block = (style, _split_name(m.groupdict().get("split") or style.split))
             else:
@@ -220,6 +224,30 @@ class MetricReader:
         return Reading(_tagged(values, split), step, split, style.name,
                        int(g["step_total"]) if "step_total" in g else None, self.epoch_total)
 
+    def _wrapped_opener(self, style: Style, m: re.Match[str]) -> Reading | None:
+        """A progress line whose ``key: value`` metrics continue on the indented rows under it
+        (Rich wraps its metrics column): the step is the opener's, kept for the rows."""
+        g = m.groupdict()
+        step = None
+        if g.get("epoch") and g.get("n") and g.get("total"):
+            step = int(g["epoch"]) * int(g["total"]) + int(g["n"])
+        self.block, self.wrap_step, self.wrap_key = (style, style.split), step, None
+        values = self._wrapped_pairs(g.get("body") or "")
+        return Reading(_tagged(values, style.split), step, style.split, style.name) if values else None
+
+    def _wrapped_pairs(self, text: str) -> list[tuple[str, float]]:
+        """``key: value`` tokens, a key's value possibly on the next row."""
+        out = []
+        for tok in text.split():
+            if tok.endswith(":") and len(tok) > 1:
+                self.wrap_key = clean_key(tok[:-1])
+                continue
+            key, self.wrap_key = self.wrap_key, None
+            v = to_float(tok)
+            if key and v is not None and metric_like(key) and not is_step_key(key):
+                out.append((key, v))
+        return out
+
     def _block_row(self, text: str) -> Reading | bool | None:
         assert self.block is not None
         style, split = self.block
@@ -228,6 +256,9 @@ class MetricReader:
         if m is None:
             self.block = None
             return False
+        if style.kind == "wrapped":
+            values = self._wrapped_pairs(m.group("rest"))
+            return Reading(_tagged(values, split), self.wrap_step, split, style.name) if values else None
         v = to_float(m.group("value"))
         key = clean_key(m.group("key"))
         if v is None or is_step_key(key) or key.endswith(("_step", "/step")):

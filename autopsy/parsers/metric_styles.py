@@ -16,7 +16,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-KINDS = ("line", "context", "block", "table")
+KINDS = ("line", "context", "block", "table", "wrapped")
 AXES = ("step", "epoch", "order")
 
 
@@ -66,7 +66,7 @@ def parse_style(spec: dict[str, Any]) -> Style:
     style = Style(name, str(spec["program"]), kind, anchors, _compile(name, spec, "match"), axis,
                   str(spec.get("split", "")), _compile(name, spec, "opener"), _compile(name, spec, "row"),
                   tuple(spec["samples"]))
-    if kind in ("block", "table") and (style.opener is None or style.row is None):
+    if kind in ("block", "table", "wrapped") and (style.opener is None or style.row is None):
         raise StyleError(f"style {name}: a {kind} style needs opener and row")
     if kind in ("line", "context") and style.match is None:
         raise StyleError(f"style {name}: a {kind} style needs match")
