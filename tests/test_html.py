@@ -155,12 +155,20 @@ def test_markers_where_findings_point(tmp_path: Path) -> None:
     out = render_html(report, run)
     ck = _figure(out, "checkpoints")
     assert "forecast: disk full at step ~9,100" in ck and "volume 32.2 GB" in ck  # 30 GiB, decimal units
-    assert ck.count("ckpt-corrupt") == 1 and ck.count("ckpt-valid") == 8
+    for size in ("wide", "narrow"):  # each drawing of the chart carries every checkpoint
+        drawing = _drawing(ck, size)
+        assert drawing.count("ckpt-corrupt") == 1 and drawing.count("ckpt-valid") == 8, size
 
 
 def _figure(out: str, chart_id: str) -> str:
     m = re.search(rf'<figure class="chart" id="chart-{chart_id}".*?</figure>', out, re.S)
     assert m, f"no chart {chart_id}"
+    return m.group(0)
+
+
+def _drawing(figure: str, size: str) -> str:
+    m = re.search(rf'<svg class="{size}".*?</svg>', figure, re.S)
+    assert m, f"no {size} drawing"
     return m.group(0)
 
 

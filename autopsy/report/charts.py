@@ -20,56 +20,36 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from autopsy.metrics import canonical_metric
 from autopsy.model import Finding
+from autopsy.report.chart_format import fmt_bytes, fmt_num, nonfinite_name
+from autopsy.report.chart_markers import (
+    METRIC_CHARTS,
+    X_TITLE,
+    Marker,
+    chart_of_finding,
+    finding_anchor,
+    finding_markers,
+    markers_for,
+    y_title,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
+
+# Marker logic and number wording live in chart_markers / chart_format; re-exported here, where
+# the report sections and the diff report have always imported them from.
+__all__ = ["Chart", "Line", "Marker", "chart_of_finding", "finding_anchor", "finding_markers", "fmt_bytes",
+           "fmt_num", "make_line", "markers_for", "metric_charts", "minmax_indices", "sorted_points"]
 
 DISPLAY_BUCKETS = 300  # x-buckets per line; <= 4 points each: ~1200 points, enough for a 760 px plot
 MAX_LINES_PER_CHART = 6  # more lines are unreadable; the caption says how many were left out
 MAX_NONFINITE_MARKS = 50  # per line: the first ones are what matters (the first NaN step)
 
-# (chart id, title, metrics drawn in it). Order is the order in the report.
-METRIC_CHARTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("loss", "Loss (train and eval)", ("loss", "eval_loss")),
-    ("lr", "Learning rate", ("lr",)),
-    ("lr_multiplier", "LR multiplier", ("lr_multiplier",)),
-    ("grad_norm", "Gradient norm", ("grad_norm",)),
-    ("throughput", "Throughput", ("throughput",)),
-    ("step_time", "Step time (s)", ("step_time", "data_time")),
-    ("loss_scale", "Loss scale", ("loss_scale",)),
-)
-# Metrics whose range can span decades (a spike 1e4x the baseline): drawn on a log axis then.
-LOG_FRIENDLY = {"loss", "grad_norm", "loss_scale"}
 SOURCE_ORDER = {"tensorboard": 0, "trainer_state": 1, "log": 2}
-
-# Which chart a rule family points at when neither its evidence nor its facts name a metric.
-FAMILY_CHART = {"loss": "loss", "lr": "lr", "data": "throughput"}
-RULE_CHART = {"loss.spike": "grad_norm", "data.stall": "throughput", "dist.straggler": "step_time"}
-# Facts that are horizontal levels on the chart of the finding (name -> label shown).
-LEVEL_FACTS = {
-    "observed_floor": "observed floor",
-    "configured_min": "configured min",
-    "configured_min_lr": "configured min",
-    "min_lr": "configured min",
-    "observed_final_lr": "final LR",
-    "configured_lr": "configured LR",
-    "configured_peak": "configured peak",
-    "peak_lr": "peak LR",
-    "ln_vocab": "ln(vocab)",
-    "chance_loss": "chance level",
-    "baseline": "baseline",
-    "running_median": "running median",
-}
-# Pairs of facts that bound a step window (plateau, stall, divergence).
-WINDOW_FACTS = (
-    ("window_start", "window_end"),
-    ("window_start_step", "window_end_step"),
-    ("start_step", "end_step"),
-    ("plateau_start", "plateau_end"),
-)
-
+# Charts whose series can span decades (an LR warmup from 1e-7, a grad-norm spike 1e4x the
+# baseline): drawn on a log axis when their values are all positive and span this many decades.
+LOG_FRIENDLY = {"loss", "lr", "grad_norm", "loss_scale"}
+LOG_MIN_DECADES = 2.0
 
 @dataclass
 class Line:
@@ -87,21 +67,8 @@ class Line:
     dashed: bool = False
     css: str = ""  # palette class, set by the chart
     also_in: list[str] = field(default_factory=list)  # identical copies found in other sources
-
-
-@dataclass(frozen=True)
-class Marker:
-    """Something a finding points at: ``vline`` (a step), ``band`` (a window), ``hline`` (a level),
-    ``point`` (a step and value, e.g. a checkpoint)."""
-
-    kind: str
-    label: str
-    rule: str = ""
-    css: str = ""  # severity / status class
-    step: float | None = None
-    step_end: float | None = None
-    value: float | None = None
-    anchor: str = ""  # id of the finding it belongs to, for the link
+    metric: str = ""
+    hidden: bool = False  # drawn but off until its legend key is toggled (another source of a metric)
 
 
 @dataclass
@@ -113,6 +80,8 @@ class Chart:
     log_y: bool = False
     y_format: str = "num"  # "num" | "bytes"
     notes: list[str] = field(default_factory=list)
+    x_title: str = X_TITLE
+    y_title: str = ""
 
 
 # ----------------------------------------------------------------------- downsampling
@@ -158,7 +127,7 @@ def make_line(label: str, steps: np.ndarray, values: np.ndarray, *, buckets: int
     steps, values = sorted_points(steps, values)
     finite = np.isfinite(values)
     bad_idx = np.flatnonzero(~finite)
-    nonfinite = [(float(steps[i]), _nonfinite_name(values[i])) for i in bad_idx[:MAX_NONFINITE_MARKS]]
+    nonfinite = [(float(steps[i]), nonfinite_name(values[i])) for i in bad_idx[:MAX_NONFINITE_MARKS]]
     # segment id of each finite point: how many non-finite points came before it
     seg = np.cumsum(~finite)[finite]
     fs, fv = steps[finite], values[finite]
@@ -185,17 +154,11 @@ def _nonfinite_runs(steps: np.ndarray, values: np.ndarray, finite: np.ndarray) -
     edges = np.flatnonzero(np.diff(np.concatenate(([0], bad.astype(np.int8), [0]))))
     runs = []
     for a, b in zip(edges[::2], edges[1::2], strict=True):
-        kinds = sorted({_nonfinite_name(v) for v in values[a:b][:1000]})
+        kinds = sorted({nonfinite_name(v) for v in values[a:b][:1000]})
         runs.append((float(steps[a]), float(steps[b - 1]), ", ".join(kinds), int(b - a)))
         if len(runs) >= MAX_NONFINITE_MARKS:
             break
     return runs
-
-
-def _nonfinite_name(v: float) -> str:
-    if math.isnan(v):
-        return "NaN"
-    return "+inf" if v > 0 else "-inf"
 
 
 # ----------------------------------------------------------------------- metric charts
@@ -211,13 +174,12 @@ def metric_charts(scalars: pd.DataFrame, findings: Sequence[Finding], *, crash_s
         sel = df[df["metric"].isin(metrics)]
         if sel.empty:
             continue
-        chart = Chart(id=chart_id, title=title, lines=_lines_for(sel, metrics))
+        chart = Chart(id=chart_id, title=title, lines=_lines_for(sel, metrics),
+                      y_title=y_title(chart_id, [str(t) for t in sel["tag"].unique()]))
         if not chart.lines:
             continue
-        finite_vals = np.concatenate([ln.values for ln in chart.lines]) if chart.lines else np.array([])
-        if chart_id in LOG_FRIENDLY and len(finite_vals) and finite_vals.min() > 0:
-            chart.log_y = bool(finite_vals.max() / finite_vals.min() > 1e3)
         chart.markers = markers_for(chart_id, findings, crash_step=crash_step)
+        chart.log_y = chart_id in LOG_FRIENDLY and spans_decades(chart)
         n_groups = sel.groupby(["source", "path", "tag", "rank"], observed=True, dropna=False).ngroups
         shown = len(chart.lines) + sum(len(ln.also_in) for ln in chart.lines)
         if n_groups > shown:
@@ -227,12 +189,25 @@ def metric_charts(scalars: pd.DataFrame, findings: Sequence[Finding], *, crash_s
     return charts
 
 
+def spans_decades(chart: Chart, decades: float = LOG_MIN_DECADES) -> bool:
+    """Whether every value drawn (lines and level markers) is positive and together they span
+    at least ``decades`` powers of ten: a linear axis would flatten all but the largest then."""
+    parts = [ln.values for ln in chart.lines]
+    parts += [np.array([m.value]) for m in chart.markers if m.kind == "hline" and m.value is not None]
+    values = np.concatenate(parts) if parts else np.array([])
+    values = values[np.isfinite(values)]
+    if len(values) < 2 or values.min() <= 0:
+        return False
+    return bool(math.log10(values.max() / values.min()) >= decades)
+
+
 def _group_sort_key(item: tuple[tuple[Any, ...], pd.DataFrame], metrics: Sequence[str]) -> tuple[Any, ...]:
     (source, path, tag, rank), frame = item
     metric = frame["metric"].iloc[0]
     r = _rank_of(rank)
+    # whole-run series before per-rank ones, then the densest (it is the one shown by default)
     return (metrics.index(metric) if metric in metrics else 9, 0 if r is None else 1,
-            -1 if r is None else r, SOURCE_ORDER.get(str(source), 9), -len(frame), str(path), str(tag))
+            -1 if r is None else r, -len(frame), SOURCE_ORDER.get(str(source), 9), str(path), str(tag))
 
 
 def _rank_of(value: Any) -> int | None:
@@ -262,6 +237,10 @@ def _lines_for(sel: pd.DataFrame, metrics: Sequence[str]) -> list[Line]:
             continue
         line = make_line(label, steps, values)
         line.dashed = metric == "data_time"
+        line.metric = metric
+        # one source per metric is shown (the densest whole-run series): the others are toggles,
+        # since two sources of one loss at different cadences overlaid read as spikes
+        line.hidden = any(other.metric == metric for other in lines)
         lines.append(line)
         kept_raw.append((metric, steps, values))
     for i, line in enumerate(lines):
@@ -280,121 +259,3 @@ def _duplicate_of(metric: str, steps: np.ndarray, values: np.ndarray,
         if np.array_equal(s[o1], steps[o2]) and np.allclose(v[o1], values[o2], rtol=1e-4, equal_nan=True):
             return i
     return None
-
-
-# ----------------------------------------------------------------------- finding markers
-
-
-def finding_anchor(index: int) -> str:
-    return f"finding-{index + 1}"
-
-
-def chart_of_finding(f: Finding) -> str | None:
-    """The metric chart a finding's markers belong on, or None (crashes, checkpoints)."""
-    for key in ("metric", "tag", "series"):
-        v = f.facts.get(key)
-        if isinstance(v, str):
-            m = canonical_metric(v) or (v if v in {c[0] for c in METRIC_CHARTS} else None)
-            if m:
-                return _chart_id_of_metric(m)
-    for ev in f.evidence:
-        if ev.tag:
-            m = canonical_metric(ev.tag)
-            if m:
-                return _chart_id_of_metric(m)
-    if f.rule in RULE_CHART:
-        return RULE_CHART[f.rule]
-    return FAMILY_CHART.get(f.rule.split(".", 1)[0])
-
-
-def _chart_id_of_metric(metric: str) -> str | None:
-    for chart_id, _title, metrics in METRIC_CHARTS:
-        if metric in metrics:
-            return chart_id
-    return None
-
-
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    return float(v) if math.isfinite(v) else None
-
-
-def finding_markers(f: Finding, index: int) -> list[Marker]:
-    """Every step, window and level a finding names, as markers (chart-independent)."""
-    sev = f"sev-{f.severity}"
-    anchor = finding_anchor(index)
-    out: list[Marker] = []
-    seen_steps: set[float] = set()
-
-    def vline(step: float, label: str) -> None:
-        if step not in seen_steps:
-            seen_steps.add(step)
-            out.append(Marker("vline", label, f.rule, sev, step=step, anchor=anchor))
-
-    if f.step is not None:
-        vline(float(f.step), f"{f.rule} (root cause)" if f.primary else f.rule)
-    for key, value in f.facts.items():
-        v = _num(value)
-        if v is not None and key.endswith("_step") and not key.startswith(("window", "start", "end", "plateau")) \
-                and "forecast" not in key:
-            vline(v, f"{f.rule}: {key.removesuffix('_step').replace('_', ' ')}")
-    for a, b in WINDOW_FACTS:
-        s, e = _num(f.facts.get(a)), _num(f.facts.get(b))
-        if s is not None and e is not None:
-            out.append(Marker("band", f"{f.rule} window", f.rule, sev, step=s, step_end=e, anchor=anchor))
-            break
-    for ev in f.evidence:
-        if ev.tag and ev.step is not None:
-            if ev.step_end is not None and ev.step_end != ev.step:
-                if not any(m.kind == "band" for m in out):
-                    out.append(Marker("band", f"{f.rule} window", f.rule, sev, step=float(ev.step),
-                                      step_end=float(ev.step_end), anchor=anchor))
-            else:
-                vline(float(ev.step), f.rule)
-    for key, label in LEVEL_FACTS.items():
-        v = _num(f.facts.get(key))
-        if v is not None:
-            out.append(Marker("hline", f"{label} {fmt_num(v)}", f.rule, f"{sev} level-{key}", value=v, anchor=anchor))
-    return out
-
-
-def markers_for(chart_id: str, findings: Sequence[Finding], *, crash_step: int | None) -> list[Marker]:
-    """Markers for one metric chart: its own findings' markers, the primary's step everywhere."""
-    out: list[Marker] = []
-    for i, f in enumerate(findings):
-        target = chart_of_finding(f)
-        if target == chart_id:
-            out.extend(finding_markers(f, i))
-        elif f.primary and f.step is not None:
-            out.append(Marker("vline", f"{f.rule} (root cause)", f.rule, f"sev-{f.severity} primary",
-                              step=float(f.step), anchor=finding_anchor(i)))
-    primary_steps = {m.step for m in out if m.kind == "vline"}
-    if crash_step is not None and float(crash_step) not in primary_steps:
-        out.append(Marker("vline", "last step", "", "crash", step=float(crash_step)))
-    return out
-
-
-# ----------------------------------------------------------------------- formatting
-
-
-def fmt_num(v: float | None) -> str:
-    """Short human number: 4 significant digits, scientific notation for tiny/huge values."""
-    if v is None:
-        return "—"
-    if isinstance(v, float) and not math.isfinite(v):
-        return _nonfinite_name(v)
-    if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) < 1e15):
-        return f"{int(v):,}"
-    a = abs(v)
-    if a != 0 and (a < 1e-3 or a >= 1e6):
-        return f"{v:.3g}"
-    return f"{v:.4g}"
-
-
-def fmt_bytes(n: float | None) -> str:
-    """The one byte wording of every report (decimal units, :func:`autopsy.report.common.fmt_bytes`);
-    an em dash when unknown."""
-    from autopsy.report.common import fmt_bytes as shared
-
-    return "—" if n is None else shared(n)

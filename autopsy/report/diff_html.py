@@ -2,7 +2,7 @@
 
 Both runs are drawn on the same charts (the good runs in the palette's calm colours, the bad
 run last), the divergence step marked, with the ranked differences as a table above. Charts
-reuse the analyze report's SVG machinery (``charts.make_line`` / ``chart_svg.layout``) and its
+reuse the analyze report's SVG machinery (``charts.make_line`` / ``chart_svg.draw``) and its
 inline CSS/JS, so the two reports look and behave alike; everything from a run is escaped by
 Jinja's autoescape.
 """
@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from autopsy.compare.model import RunDiff
-from autopsy.report.chart_svg import layout
+from autopsy.report.chart_markers import Y_TITLES
+from autopsy.report.chart_svg import draw
 from autopsy.report.charts import Chart, Marker, make_line
 from autopsy.report.diff_text import KIND_TITLES, _headline, _verdict, _where
 
@@ -45,7 +46,8 @@ def diff_charts(rd: RunDiff) -> list[Chart]:
         values = np.concatenate([np.asarray(x["values"], float) for x in (*parts["good"], b)])
         finite = values[np.isfinite(values) & (values > 0)]
         log_y = metric in LOG_METRICS and len(finite) > 1 and finite.max() / finite.min() > 100
-        charts.append(Chart(metric, CHART_TITLES.get(metric, metric), lines, markers, log_y=log_y))
+        charts.append(Chart(metric, CHART_TITLES.get(metric, metric), lines, markers, log_y=log_y,
+                            y_title=Y_TITLES.get(metric, metric)))
     return charts
 
 
@@ -61,7 +63,7 @@ def build_context(rd: RunDiff) -> dict[str, Any]:
     plots = []
     for chart in diff_charts(rd):
         try:
-            plots.append(layout(chart))
+            plots.append(draw(chart))
         except Exception as exc:  # one chart must never hide the diff
             sections.append({"title": f"Chart {chart.id} could not be drawn",
                              "rows": [{"score": "", "headline": f"{type(exc).__name__}: {exc}", "why": "",

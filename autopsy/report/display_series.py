@@ -81,8 +81,8 @@ def metric_series(scalars: pd.DataFrame | None) -> list[dict[str, Any]]:
         for (source, path, tag, rank), frame in sel.groupby(["source", "path", "tag", "rank"], observed=True,
                                                             dropna=False, sort=False):
             r = _rank(rank)
-            # the charts' line order: whole-run lines first, then ranks, by source, longest first
-            key = (0 if r is None else 1, -1 if r is None else r, SOURCE_ORDER.get(str(source), 9), -len(frame),
+            # the charts' line order: whole-run lines first, then ranks, densest first, then by source
+            key = (0 if r is None else 1, -1 if r is None else r, -len(frame), SOURCE_ORDER.get(str(source), 9),
                    str(path), str(tag))
             groups.append((key, str(source), str(path), str(tag), r, frame))
         groups.sort(key=lambda g: g[0])

@@ -89,7 +89,8 @@ def build_context(report: Report, run: Run | None) -> dict[str, Any]:
     findings = list(report.findings)
     primary = report.primary or (findings[0] if findings else None)
     crash_step = _crash_step(report, primary)
-    sections: dict[str, Any] = {"plots": None, "plots_note": None, "checkpoints": None, "ranks": None}
+    sections: dict[str, Any] = {"plots": None, "plots_note": None, "plots_moved": None, "checkpoints": None,
+                                "ranks": None}
     errors: list[str] = []
     context_lines: dict[str, dict[int, str]] = {}
     # A report re-rendered from saved JSON draws its charts from the display series it carries.
@@ -124,6 +125,7 @@ def build_context(report: Report, run: Run | None) -> dict[str, Any]:
                 context_lines = hs.read_context(Path(run.root), _evidence_spans(findings))
             except Exception as exc:
                 errors.append(f"log context: could not be read ({type(exc).__name__}: {exc})")
+    primary_chart = _pull_primary_chart(sections, primary)
     docs = _docs_for({f.rule for f in findings})
     artifacts = list(report.artifacts)
     if not artifacts and run is not None:
@@ -143,10 +145,39 @@ def build_context(report: Report, run: Run | None) -> dict[str, Any]:
         "problems": list(report.problems),
         "artifacts": _artifact_view(artifacts),
         "section_errors": errors,
+        "primary_chart": primary_chart,
         "css": _asset("report.css"),
         "js": _asset("report.js"),
         **sections,
     }
+
+
+def _pull_primary_chart(sections: dict[str, Any], primary: Finding | None) -> Any:
+    """Take the primary finding's chart out of its section, to be drawn right under the verdict
+    (its section says where it went). None without a primary finding or a chart."""
+    for name in ("checkpoints", "ranks"):
+        if sections[name]:
+            sections[name] = {**sections[name], "moved": None}
+    if primary is None:
+        return None
+    from autopsy.report.chart_markers import primary_chart_of
+
+    charts = {c.id: c for c in sections["plots"] or ()}
+    for name in ("checkpoints", "ranks"):
+        if sections[name] and sections[name].get("chart") is not None:
+            charts[sections[name]["chart"].id] = sections[name]["chart"]
+    chosen = primary_chart_of(primary, list(charts))
+    if chosen is None:
+        return None
+    chart = charts[chosen]
+    if sections["plots"] and chart in sections["plots"]:
+        sections["plots"] = [c for c in sections["plots"] if c is not chart]
+        sections["plots_moved"] = chart
+    else:
+        for name in ("checkpoints", "ranks"):
+            if sections[name] and sections[name].get("chart") is chart:
+                sections[name] = {**sections[name], "chart": None, "moved": chart}
+    return chart
 
 
 def _run_name(path: str) -> str:

@@ -16,7 +16,7 @@ import numpy as np
 
 from autopsy.model import Finding
 from autopsy.parsers.safe_open import open_binary
-from autopsy.report.chart_svg import DrawnChart, layout
+from autopsy.report.chart_svg import ChartView, draw
 from autopsy.report.charts import (
     Chart,
     Line,
@@ -47,8 +47,8 @@ def _num(v: Any) -> float | None:
 # ----------------------------------------------------------------------- plots
 
 
-def plot_section(run: Any, findings: Sequence[Finding], crash_step: int | None) -> list[DrawnChart]:
-    return [layout(c) for c in metric_charts(run.scalars, findings, crash_step=crash_step)]
+def plot_section(run: Any, findings: Sequence[Finding], crash_step: int | None) -> list[ChartView]:
+    return [draw(c) for c in metric_charts(run.scalars, findings, crash_step=crash_step)]
 
 
 # ----------------------------------------------------------------------- checkpoints
@@ -71,7 +71,7 @@ def checkpoint_section(run: Any, findings: Sequence[Finding], crash_step: int | 
     if disk.fs_free_bytes is not None:
         disk_rows.append(("volume free (at analysis time)", fmt_bytes(disk.fs_free_bytes)))
     chart = _checkpoint_chart(cps, findings, crash_step, volume_now=disk.fs_total_bytes)
-    return {"rows": rows, "disk": disk_rows, "chart": layout(chart) if chart else None}
+    return {"rows": rows, "disk": disk_rows, "chart": draw(chart) if chart else None}
 
 
 def _checkpoint_chart(cps: Sequence[Any], findings: Sequence[Finding], crash_step: int | None,
@@ -122,7 +122,7 @@ def _checkpoint_chart(cps: Sequence[Any], findings: Sequence[Finding], crash_ste
     if not lines and not markers:
         return None
     return Chart(id="checkpoints", title="Checkpoints: bytes on disk over steps", lines=lines, markers=markers,
-                 y_format="bytes")
+                 y_format="bytes", y_title="checkpoint bytes on disk")
 
 
 # ----------------------------------------------------------------------- per-rank
@@ -172,10 +172,11 @@ def rank_section(run: Any, findings: Sequence[Finding]) -> dict[str, Any] | None
         if f.rule.startswith("dist.") and f.step is not None:
             markers.append(Marker("vline", f.rule, f.rule, f"sev-{f.severity}", step=float(f.step),
                                   anchor=finding_anchor(i)))
-    chart = Chart(id="ranks", title=f"Per-rank step time (s) — {how}", lines=lines, markers=markers)
+    chart = Chart(id="ranks", title=f"Per-rank step time (s) — {how}", lines=lines, markers=markers,
+                  y_title="time per step (s)")
     if len(series) > MAX_RANK_LINES:
         chart.notes.append(f"{len(series) - MAX_RANK_LINES} more ranks in the table only")
-    return {"rows": rows, "chart": layout(chart), "how": how}
+    return {"rows": rows, "chart": draw(chart), "how": how}
 
 
 def _flagged_ranks(findings: Sequence[Finding]) -> set[int]:

@@ -35,32 +35,44 @@
     return e;
   }
   function attach(fig) {
-    var svg = fig.querySelector("svg"), blob = fig.querySelector("script.chart-data");
-    if (!svg || !blob) { return; }
+    var blob = fig.querySelector("script.chart-data");
+    if (!blob) { return; }
     var data;
     try { data = JSON.parse(blob.textContent); } catch (e) { return; }
-    var plot = data.plot, cursor = svg.querySelector(".cursor");
+    /* a line counts while it is shown: no toggle for it, or its checkbox is ticked */
+    function shown(i) {
+      var box = fig.querySelector("input.tg.t" + i);
+      return !box || box.checked;
+    }
+    /* each drawing (wide, narrow) has its own plot box; the data points are shared */
+    Array.prototype.forEach.call(fig.querySelectorAll("svg[data-plot]"), function (svg) {
+      attachSvg(svg, data, shown);
+    });
+  }
+  function attachSvg(svg, data, shown) {
+    var plot = svg.getAttribute("data-plot").split(" ").map(Number), cursor = svg.querySelector(".cursor");
     var pxPerStep = plot[2] / ((data.x[1] - data.x[0]) || 1);
+    function hide() { tip.hidden = true; cursor.setAttribute("visibility", "hidden"); }
     svg.addEventListener("mousemove", function (ev) {
       var pt = svg.createSVGPoint();
       pt.x = ev.clientX; pt.y = ev.clientY;
       var ctm = svg.getScreenCTM();
       if (!ctm) { return; }
       var p = pt.matrixTransform(ctm.inverse());
-      if (p.x < plot[0] || p.x > plot[0] + plot[2] || p.y < plot[1] - 4 || p.y > plot[1] + plot[3]) {
-        tip.hidden = true; cursor.setAttribute("visibility", "hidden"); return;
-      }
+      if (p.x < plot[0] || p.x > plot[0] + plot[2] || p.y < plot[1] - 4 || p.y > plot[1] + plot[3]) { hide(); return; }
       var step = data.x[0] + (p.x - plot[0]) / plot[2] * (data.x[1] - data.x[0]);
       var best = null;
-      data.lines.forEach(function (ln) {
+      data.lines.forEach(function (ln, li) {
+        if (!shown(li)) { return; }
         var i = nearest(ln.s, step);
         if (i >= 0 && (best === null || Math.abs(ln.s[i] - step) < Math.abs(best - step))) { best = ln.s[i]; }
         ln.bad.forEach(function (b) { if (best === null || Math.abs(b[0] - step) < Math.abs(best - step)) { best = b[0]; } });
       });
-      if (best === null || Math.abs(best - step) * pxPerStep > 40) { tip.hidden = true; cursor.setAttribute("visibility", "hidden"); return; }
+      if (best === null || Math.abs(best - step) * pxPerStep > 40) { hide(); return; }
       tip.textContent = "";
       tip.appendChild(el("b", "", "step " + fmt(best)));
-      data.lines.forEach(function (ln) {
+      data.lines.forEach(function (ln, li) {
+        if (!shown(li)) { return; }
         var i = nearest(ln.s, best), val = null;
         if (i >= 0 && ln.s[i] === best) { val = ln.v[i]; }
         ln.bad.forEach(function (b) { if (b[0] === best) { val = b[1]; } });
@@ -77,9 +89,9 @@
       var left = ev.clientX + 14, top = ev.clientY + 14, w = tip.offsetWidth, h = tip.offsetHeight;
       if (left + w > window.innerWidth - 8) { left = ev.clientX - w - 14; }
       if (top + h > window.innerHeight - 8) { top = ev.clientY - h - 14; }
-      tip.style.left = left + "px"; tip.style.top = top + "px";
+      tip.style.left = Math.max(4, left) + "px"; tip.style.top = top + "px";
     });
-    svg.addEventListener("mouseleave", function () { tip.hidden = true; cursor.setAttribute("visibility", "hidden"); });
+    svg.addEventListener("mouseleave", hide);
   }
   Array.prototype.forEach.call(document.querySelectorAll("figure.chart"), attach);
 })();
