@@ -73,6 +73,7 @@ class DrawnLine:
     caption: str
     index: int = 0
     hidden: bool = False
+    metric: str = ""
     nonfinite_label: tuple[float, str, bool, float] | None = None  # (x, text, anchor at end, y) of the first run
 
 
@@ -376,7 +377,7 @@ def _draw_line(ln: Line, index: int, sx: Any, sy: Any, size: Size) -> DrawnLine:
         bad.append((_round(xa - 1.5), _round(max(3.0, xb - xa + 3)), kinds, f"{kinds} at {where} ({count} points)"))
     caption = ln.label + (f" (also in {', '.join(ln.also_in)})" if ln.also_in else "")
     return DrawnLine(d="".join(parts), css=ln.css, label=ln.label, dashed=ln.dashed, nonfinite=bad, caption=caption,
-                     index=index, hidden=ln.hidden)
+                     index=index, hidden=ln.hidden, metric=ln.metric)
 
 
 def script_json(data: Any) -> str:
