@@ -9,7 +9,7 @@ Every sample report and every fixture run's report is also measured at 1400 and 
 (:func:`check_layout`, bounding boxes from the browser): each chart has its axis titles, no
 two pieces of chart text (marker labels, ticks, titles) overlap, chart text is at least
 :data:`MIN_CHART_FONT_PX` CSS px, one source per metric is drawn, a series spanning two
-decades is on a log axis, the page never scrolls sideways, and the primary finding's chart
+decades (LR, grad norm) is on a log axis, the page never scrolls sideways, and the primary finding's chart
 sits right under the verdict, above the findings.
 
 When Playwright or Chromium is missing or cannot start, every test here is skipped with
@@ -69,7 +69,7 @@ LAYOUT_PROBE = """
   for (const fig of document.querySelectorAll("figure.chart")) {
     const drawings = [...fig.querySelectorAll("svg")].filter(shown);
     const c = {id: fig.id, drawings: drawings.length, texts: [], xTitle: null, yTitle: null, labels: 0,
-               perMetric: {}, hlines: 0, values: []};
+               perMetric: {}, values: []};
     charts.push(c);
     if (drawings.length !== 1) { continue; }
     const svg = drawings[0], scale = svg.getScreenCTM().a, box = svg.getBoundingClientRect();
@@ -85,13 +85,13 @@ LAYOUT_PROBE = """
     c.xTitle = xt && shown(xt) ? xt.textContent : null;
     c.yTitle = yt && shown(yt) ? yt.textContent : null;
     c.labels = [...svg.querySelectorAll("text.label")].filter(shown).length;
-    c.hlines = svg.querySelectorAll(".marker.hline").length;
+    const levels = [...svg.querySelectorAll(".marker.hline[data-value]")].map(g => Number(g.dataset.value));
     for (const g of svg.querySelectorAll(".lines > g[data-metric]")) {
       if (!shown(g.querySelector("path.series"))) { continue; }
       c.perMetric[g.dataset.metric] = (c.perMetric[g.dataset.metric] || 0) + 1;
     }
     const blob = fig.querySelector("script.chart-data");
-    if (blob) { c.values = JSON.parse(blob.textContent).lines.flatMap(ln => ln.v); }
+    if (blob) { c.values = JSON.parse(blob.textContent).lines.flatMap(ln => ln.v).concat(levels); }
   }
   const verdict = document.querySelector("#verdict"), primary = document.querySelector("#primary-chart");
   const after = verdict ? verdict.nextElementSibling : null;
@@ -129,8 +129,9 @@ def check_layout(page: Page, report: Report, where: str) -> dict[str, Any]:
         if c["id"] not in ("chart-ranks", "chart-checkpoints"):
             many = {m: n for m, n in c["perMetric"].items() if n != 1}
             assert not many, f"{at}: more than one source drawn for {many} (the others are toggles)"
+        # the series and the levels drawn with them (a configured minimum of 0 keeps an axis linear)
         values = [v for v in c["values"] if isinstance(v, (int, float))]
-        if c["id"].removeprefix("chart-") in LOG_CHARTS and values and min(values) > 0 and not c["hlines"] \
+        if c["id"].removeprefix("chart-") in LOG_CHARTS and values and min(values) > 0 \
                 and max(values) / min(values) >= 100:
             assert "log scale" in c["yTitle"], f"{at}: spans {max(values) / min(values):.3g}x on a linear axis"
     if report.primary is not None and r["charts"]:

@@ -91,6 +91,7 @@ class DrawnMarker:
     label_y: float = 0.0
     anchor_end: bool = False
     text: str = ""  # the label as drawn (cut to fit); ``label`` stays whole in the tooltip
+    value: float | None = None  # a level's value (hline), on the element for tests and tools
 
 
 @dataclass
@@ -290,7 +291,7 @@ def layout(chart: Chart, size: Size = WIDE) -> DrawnChart:
             dm.y = _round(dm.label_y + f * 0.3)  # a vline's leader runs up to its label
         elif m.kind == "hline" and m.value is not None:
             dm.y = _round(float(sy(m.value)))
-            dm.x, dm.x2 = pl, pl + pw
+            dm.x, dm.x2, dm.value = pl, pl + pw, m.value
             levels.append((LevelLabel(dm.y, m.label), dm))
         elif m.kind == "point" and m.step is not None and m.value is not None:
             dm.x, dm.y = _round(float(sx(m.step))), _round(float(sy(m.value)))
