@@ -236,3 +236,67 @@ def test_sizes_stay_small(sample: tuple[str, str, str]) -> None:
     name, with_run, without_run = sample
     assert len(with_run.encode()) < 400_000, name
     assert len(without_run.encode()) < 100_000, name
+
+
+# ------------------------------------------------------------------ chart wording and layout
+
+
+def test_each_axis_uses_one_tick_format() -> None:
+    from autopsy.report.chart_format import byte_ticks, linear_ticks, log_ticks, step_ticks
+
+    assert step_ticks([0, 2500, 5000, 7500]) == ["0", "2,500", "5,000", "7,500"]
+    assert step_ticks([0, 5000, 10000, 15000]) == ["0", "5k", "10k", "15k"]  # never "5,000" beside "10k"
+    assert step_ticks([0, 2500, 5000, 7500, 10000, 12500]) == ["0", "2.5k", "5.0k", "7.5k", "10.0k", "12.5k"]
+    assert linear_ticks([0, 5e-5, 1e-4, 1.5e-4, 2e-4]) == (["0.0", "0.5", "1.0", "1.5", "2.0"], "×1e-4")
+    assert linear_ticks([2.5, 2.75, 3.0]) == (["2.50", "2.75", "3.00"], "")
+    assert log_ticks([1e-7, 1e-5, 1e-3]) == ["1e-7", "1e-5", "1e-3"]  # never "1e+05" beside "1,000"
+    assert log_ticks([0.1, 1, 10, 100, 1000]) == ["0.1", "1", "10", "100", "1,000"]
+    assert byte_ticks([0, 5e8, 1e9, 1.5e9]) == (["0.0", "0.5", "1.0", "1.5"], "GB")
+
+
+def _lr_chart(values: np.ndarray, levels: tuple[float, ...] = ()) -> object:
+    from autopsy.report.charts import Chart, Marker, spans_decades
+
+    line = make_line("lr", np.arange(len(values), dtype="float64"), values)
+    chart = Chart(id="lr", title="Learning rate", lines=[line],
+                  markers=[Marker("hline", f"level {v}", value=v) for v in levels])
+    return spans_decades(chart)
+
+
+def test_log_axis_when_a_series_spans_two_decades() -> None:
+    warmup = np.concatenate((np.linspace(1e-7, 3e-4, 100), np.full(100, 3e-4)))
+    assert _lr_chart(warmup) is True
+    assert _lr_chart(np.linspace(3e-5, 3e-4, 100)) is False  # one decade: linear reads better
+    assert _lr_chart(warmup, levels=(0.0,)) is False  # a configured minimum of 0 must stay visible
+    assert _lr_chart(np.concatenate(([0.0], warmup))) is False  # a zero cannot sit on a log axis
+
+
+def test_marker_labels_get_rows_and_never_share_one_box() -> None:
+    from autopsy.report.chart_labels import TopLabel, place_rows
+
+    labels = [TopLabel(x, f"rule.{i} (root cause)") for i, x in enumerate([100, 101, 103, 180, 880, 885, 20])]
+    rows = place_rows(labels, 13.0, 2.0, 898.0)
+    assert rows >= 3
+    for a in labels:
+        assert 2.0 <= a.left and a.right <= 898.0
+        for b in labels:
+            if a is not b and a.row == b.row:
+                assert a.right <= b.left or b.right <= a.left, (a, b)
+
+
+def test_primary_chart_comes_right_after_the_verdict_and_other_sources_are_toggles(tmp_path: Path) -> None:
+    report, run = hs.disk_full(tmp_path / "run")
+    out = render_html(report, run)
+    after_verdict = out[out.index("</section>", out.index('id="verdict"')):]
+    assert after_verdict.removeprefix("</section>").lstrip().startswith('<section id="primary-chart"')
+    assert out.index('id="chart-checkpoints"') < out.index('<section id="findings">')
+    assert out.count('id="chart-checkpoints"') == 1  # moved, not copied
+    assert 'checkpoint timeline</a> is shown under the verdict' in out
+    loss = _figure(out, "loss")
+    # TensorBoard's loss is drawn; the trainer_state copy (another cadence) is a toggle, off
+    assert re.search(r'<input type="checkbox" class="tg t0" id="tg-loss-0" checked>', loss)
+    assert re.search(r'<input type="checkbox" class="tg t1" id="tg-loss-1">', loss)
+    assert 'for="tg-loss-1"' in loss and "trainer_state.json" in loss
+    for size in ("wide", "narrow"):
+        drawing = _drawing(loss, size)
+        assert '<text class="axis-title y-title"' in drawing and ">training step</text>" in drawing
