@@ -129,3 +129,12 @@ def test_keras3_progbar_redraws_give_the_last_one() -> None:
     # (fixtures/runs/keras_progbar_nan/console.log)
     log = "Epoch 1/4\n" + "".join(_keras3(n, 7, f"{900 + n}.5000") for n in range(1, 5)) + "\n"
     assert _series(scan_text(log), "loss") == [(1, 904.5)]
+
+
+def test_source_location_of_a_logging_format_is_no_metric() -> None:
+    # rich's RichHandler prints the caller's "file.py:line" at the right of every record
+    log = ("[11/24/26 10:00:01] INFO     step 10 | loss 2.3456 | lr 3.0e-04                      train.py:42\n"
+           "[11/24/26 10:00:02] INFO     step 20 | loss 2.2100 | lr 3.0e-04                      train.py:42\n")
+    scan = scan_text(log)
+    assert {p.tag for p in scan.series} == {"loss", "lr"}
+    assert _series(scan, "loss") == [(10, 2.3456), (20, 2.21)]

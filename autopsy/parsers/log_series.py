@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from autopsy.parsers.log_store import _NO_STEP, MAX_SERIES_POINTS, MAX_STEP, SeriesStore, point
-from autopsy.parsers.metric_values import settings_dict_head
+from autopsy.parsers.metric_values import SOURCE_FILE, settings_dict_head
 
 __all__ = ["MAX_SERIES_POINTS", "MAX_STEP", "_NO_STEP", "SeriesStore", "point"]  # re-exported: they lived here
 
@@ -166,7 +166,7 @@ def _values(text: str, start: int) -> list[tuple[str, float]]:
     values = []
     for km in _STEP_KV.finditer(text, start):
         key = km.group(1).strip()
-        if key.lower() in _NOT_TAGS:
+        if key.lower() in _NOT_TAGS or SOURCE_FILE.search(key):
             continue
         raw = km.group(2).replace(",", "")
         try:

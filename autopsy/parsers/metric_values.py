@@ -128,10 +128,15 @@ def pairs(text: str, start: int = 0, *, masked: bool = False) -> list[tuple[str,
     return out
 
 
+# "train.py:42", "trainer.cc:118": the source location a logging format prints (rich's log handler
+# on the right, ``%(filename)s:%(lineno)d``), not a metric.
+SOURCE_FILE = re.compile(r"\.(?:py|pyx|c|cc|cpp|cu|h|hpp|rs|go|js|ts|java|lua|scala)$")
+
+
 def _add(out: list[tuple[str, float]], m: re.Match[str]) -> None:
     v = to_float(m.group("v"))
     key = clean_key(m.group("k"))
-    if v is None or not key or key.split()[-1].lower() in _PROSE:
+    if v is None or not key or key.split()[-1].lower() in _PROSE or SOURCE_FILE.search(key):
         return
     unit = m.group("unit") or m.group("kunit")
     if unit in _TIME_UNITS and not math.isnan(v):
