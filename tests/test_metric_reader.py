@@ -165,3 +165,60 @@ def test_no_junk_series_over_the_fixture_logs() -> None:
                 if r.style in ("generic", "template"):
                     assert metric_like(tag), f"{path}: {tag!r} read from {text!r}"
     assert read > 1000  # the fixture logs hold thousands of metric values: the reader reads them
+
+
+# --------------------------------------------------------------------------- epoch-relative counters
+
+_FASTSCNN = [  # Cuber-Wei/Fast-SCNN-pytorch-for-Silicon-M logs/train.log (mmcv-like, epochs 0-199)
+    "2025-06-13 18:22:39,266 - INFO - Epoch: [198/200] Iter [1484/1487] || Time: 103889.9910 sec || lr: 0.00008509"
+    " || Loss: 3.4065",
+    "2025-06-13 18:22:42,974 - INFO - Epoch: [199/200] Iter [   7/1487] || Time: 103893.6990 sec || lr: 0.00008457"
+    " || Loss: 1.0561",
+    "2025-06-13 18:31:46,139 - INFO - Epoch: [199/200] Iter [1487/1487] || Time: 104436.8641 sec || lr: 0.00000000"
+    " || Loss: 1.1492",
+]
+
+
+def test_an_iteration_counted_within_its_epoch_becomes_a_global_step() -> None:
+    reader = MetricReader()
+    got = [reader.read(line) for line in _FASTSCNN]
+    assert [r.step for r in got if r] == [198 * 1487 + 1484, 199 * 1487 + 7, 199 * 1487 + 1487]
+    assert all(r is not None and r.step_total is None and r.epoch_total == 200 for r in got)  # 1487 is no plan
+    assert reader.last_epoch == 199 and not reader.epoch_unfinished
+    # YOLOv4-pytorch (argusswift/YOLOv4-pytorch#91): "step" is the batch of epoch 26, not the run's 42640th step
+    r = MetricReader().read("[2020-11-17 12:49:56,134]-[train.py line:223]:  === Epoch:[ 26/50],step:[42640/44640],"
+                            "img_size:[416],total_loss:50.3763|loss_ciou:11.0461|loss_conf:15.9487|"
+                            "loss_cls:23.3814|lr:0.0000 ")
+    assert r is not None and r.step == 26 * 44640 + 42640 and r.step_total is None
+
+
+def test_a_global_step_beside_its_epoch_stays_global() -> None:
+    """A step whose share of its total sits where the epoch does in the run is the run's own count: the
+    RoBERTa fine-tuning tutorial's ``print('Epoch [{}/{}], global step [{}/{}], Train Loss: {:.4f}, Valid
+    Loss: {:.4f}'.format(epoch+1, num_epochs, global_step, num_epochs*len(train_iter), ...))`` at the end
+    of each epoch (here 52 batches an epoch)."""
+    reader = MetricReader()
+    got = [reader.read(f"Epoch [{e}/12], global step [{52 * e}/624], Train Loss: 0.6931, Valid Loss: 0.6929")
+           for e in (3, 12)]
+    assert [(r.step, r.step_total) for r in got if r] == [(156, 624), (624, 624)]
+
+
+def test_a_log_cut_inside_its_last_epoch_is_unfinished() -> None:
+    """Windere/ASGL-SNN's per-epoch counter printed every 100 batches of 390: 300 is that epoch's last
+    print, 200 is not."""
+    lines = ["Epoch [299/300], Step [100/390], Loss: 0.00428", "Epoch [299/300], Step [200/390], Loss: 0.00585",
+             "Epoch [299/300], Step [300/390], Loss: 0.00606"]
+    done, cut = MetricReader(), MetricReader()
+    for line in lines:
+        done.read(line)
+    for line in lines[:2]:
+        cut.read(line)
+    assert not done.epoch_unfinished and cut.epoch_unfinished
+
+
+def test_digits_after_a_decimal_point_are_no_hash() -> None:
+    # hyjwpk/AlphaZero_Gobang log/train.log: a float printed with 16 decimals after "loss:"
+    got = dict(pairs("kl:0.02040,lr_multiplier:0.444,loss:2.4166030883789062,entropy:2.0733401775360107"))
+    assert got["loss"] == 2.4166030883789062 and got["entropy"] == 2.0733401775360107
+    # a hex hash is still masked (a W&B run id in a path-less line)
+    assert dict(pairs("run id 9cffb2d803c5d3afb1 loss: 0.5")) == {"loss": 0.5}

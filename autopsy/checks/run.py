@@ -28,6 +28,7 @@ from autopsy.checks.run_state import (
     cadence_seconds,
     completion_line,
     end_signals,
+    epoch_plan,
     epoch_progress_time,
     exited_cleanly,
     progress_artifact_mtime,
@@ -318,7 +319,10 @@ def _termination_kind(name: str, hit: Hit) -> str:
 def incomplete(ctx: CheckContext) -> Iterable[Finding]:
     """Ended before its planned steps with no error recorded: a time limit, SIGTERM, preemption."""
     run = ctx.run
-    hits: list[tuple[str, Hit]] = [(name, h) for name, hs in ctx.hits.items() for h in hs]
+    if ctx.hits.get("ctx_nan_guard"):
+        return []  # the framework's own NaN guard ended it: loss.nonfinite says so
+    hits: list[tuple[str, Hit]] = [(name, h) for name, hs in ctx.hits.items() if not name.startswith("ctx_")
+                                   for h in hs]
     hits.sort(key=lambda nh: (nh[1].path, nh[1].lineno))
     last, planned = run.last_step, run.max_steps
     signals = end_signals(run)
@@ -327,15 +331,20 @@ def incomplete(ctx: CheckContext) -> Iterable[Finding]:
         return []  # an error explains the end: the crash rules say which
     term_codes = [(p, c) for p, c in run.exit_codes if c in TERMINATION_EXIT_CODES]
     clean = exited_cleanly(run)
-    if planned is None and not hits and not term_codes:
+    epochs = epoch_plan(run) if planned is None else None
+    if planned is None and epochs is None and not hits and not term_codes:
         if completion_line(run) is not None:
             return []  # no planned count, but the program said its training finished (Lightning's max_epochs)
-        raise NotEvaluated("no planned step count (max_steps) and no termination line")
-    if reached_plan(run):
+        raise NotEvaluated("no planned step count (max_steps) or epoch count (epochs, 'Epoch N/M') "
+                           "and no termination line")
+    if reached_plan(run) or (epochs is not None and epochs.reached):
         return []
     facts: dict[str, object] = {"last_step": last, "max_steps": planned}
     if planned and last is not None:
         facts["fraction_done"] = round(last / planned, 4)
+    if epochs is not None:
+        facts.update(last_epoch=epochs.last, max_epochs=epochs.planned, last_epoch_source=epochs.last_source,
+                     max_epochs_source=epochs.planned_source, fraction_done=round(epochs.last / epochs.planned, 4))
     ev: list[Evidence] = []
     confidence = Confidence.HIGH
     if hits:
@@ -362,7 +371,8 @@ def incomplete(ctx: CheckContext) -> Iterable[Finding]:
         t_prog, t_src = epoch_progress_time(run)
         idle = seconds_since_progress(run)
         if idle is None:
-            return []
+            raise NotEvaluated("it may still be running: nothing says it ended and no clock says when it last "
+                               "progressed (its files' mtimes are recent or untrusted, and it wrote no time)")
         if t_prog is not None and idle < _stall_threshold(ctx, cadence_seconds(run)):
             return _maybe_running(ctx, t_prog, t_src)
         if t_prog is None:
@@ -370,7 +380,10 @@ def incomplete(ctx: CheckContext) -> Iterable[Finding]:
         how = ("it left no error, exit status or termination line (killed from outside, the log was cut, "
                "or the process is still alive and hung)")
         confidence = Confidence.LOW
-    if last is None:
+    if epochs is not None:
+        done = (f"in epoch {epochs.last} of {epochs.planned} ({100 * epochs.last / epochs.planned:.0f}%; "
+                f"planned: {epochs.planned_source}; reached: {epochs.last_source})")
+    elif last is None:
         done = "before logging any step"
     elif planned is not None:
         done = f"at step {last} of {planned} ({100 * last / planned:.0f}%)"

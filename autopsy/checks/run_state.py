@@ -117,14 +117,16 @@ def progress_artifact_mtime(run: Run) -> tuple[float | None, str | None]:
 def epoch_progress_time(run: Run) -> tuple[float | None, str]:
     """When the last step was logged, in unix seconds a clock can be compared with.
 
-    TensorBoard wall times first (written by the training process itself), else the
-    newest progress artifact mtime when mtimes are the run's own (``run.clock``). Log
-    timestamps are left out: they may be naive local time.
+    Tracker wall times first (TensorBoard events, MLflow's metric files, a table's Unix-time
+    column: Unix seconds written by the training process itself), else the newest progress
+    artifact mtime when mtimes are the run's own (``run.clock``). Log timestamps are left out:
+    they may be naive local time.
     """
     df = run.scalars
-    tb = df[(df["source"] == "tensorboard") & df["wall_time"].notna()]
+    tb = df[~df["source"].isin(("log", "trainer_state")) & df["wall_time"].notna()]
     if len(tb):
-        return float(tb["wall_time"].max()), "tensorboard wall time"
+        i = tb["wall_time"].idxmax()
+        return float(tb["wall_time"][i]), f"{tb['source'][i]} wall time"
     mtime, path = progress_artifact_mtime(run)
     if mtime is not None:
         return mtime, f"mtime of {path}"
@@ -186,3 +188,71 @@ def reached_plan(run: Run) -> bool:
         if int(steps.min()) == 0 and int(steps.max()) == last:
             return True
     return False
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """The run's length in epochs when no step count is planned: how far it got, what was planned."""
+
+    last: int  # the last epoch reached, as its source numbers it (0- or 1-based)
+    planned: int
+    last_source: str
+    planned_source: str
+    unfinished: bool = False  # the log's last epoch-relative counter stops short of that epoch's end
+
+    @property
+    def reached(self) -> bool:
+        """The last planned epoch ran. Loops count epochs from 0 (Keras' CSVLogger, Lightning's
+        ``epoch`` column, ``for epoch in range(n)``) or from 1 (``Epoch 3/60``, ultralytics): the last
+        one is ``planned - 1`` or ``planned``, so either counts (a loop one short is not judged),
+        unless the log's batch counter stops inside that epoch."""
+        return self.last >= self.planned - 1 and not self.unfinished
+
+
+def epoch_plan(run: Run) -> EpochPlan | None:
+    """The planned epochs (config ``num_train_epochs``/``epochs``/``max_epochs``, else a log's
+    ``Epoch 3/60``) and the last epoch reached (a table's epoch axis, an ``epoch`` column, a log's
+    epoch counter); None when either is unknown."""
+    planned: tuple[int, str] | None = None
+    entry = run.config_value("num_train_epochs")
+    if entry is not None and isinstance(entry.value, (int, float)) and not isinstance(entry.value, bool) \
+            and math.isfinite(entry.value) and 0 < entry.value < 1e9:
+        planned = (math.ceil(entry.value), f"{entry.raw_key} = {entry.text} ({entry.path})")
+    else:
+        seen = [(s.max_epochs_seen, s.path) for s in run.logs if s.max_epochs_seen]
+        if seen:
+            n, path = max(seen)
+            planned = (n, f"'Epoch N/{n}' in {path}")
+    if planned is None:
+        return None
+    logs = [s for s in run.logs if s.last_epoch_seen is not None]
+    lasts: list[tuple[int, str]] = [(s.last_epoch_seen, s.path) for s in logs]
+    lasts += [(m.epochs_done, m.path) for m in run.metric_files if m.epochs_done is not None]
+    df = run.scalars
+    files = df[df["source"] != "log"]
+    col = files[files["tag"].str.lower() == "epoch"]["value"].dropna()
+    col = col[np.isfinite(col) & (col >= 0) & (col < 1e9)]
+    if len(col):
+        lasts.append((math.floor(float(col.max())), "its 'epoch' column"))
+    # a series its tracker logs once per epoch (Lightning's train_loss_epoch, Keras' epoch_loss, an
+    # MLflow "loss on epoch"): its count of distinct points is the epochs done
+    for tag in [t for t in files["tag"].unique() if _names_epoch(t)]:
+        grp = files[files["tag"] == tag]
+        n = grp["step"].nunique() if grp["step"].notna().any() else len(grp)
+        if n:
+            lasts.append((int(n), f"{n} values of '{tag}'"))
+    if not lasts:
+        return None
+    last, source = max(lasts)
+    unfinished = any(s.last_epoch_unfinished and s.last_epoch_seen == last for s in logs)
+    return EpochPlan(last, planned[0], source, planned[1], unfinished)
+
+
+def _names_epoch(tag: str) -> bool:
+    """A tag naming a per-epoch value (``train_loss_epoch``, ``epoch_loss``, ``MAE on epoch``), not the
+    epoch counter itself nor a per-step one (``loss_step``)."""
+    words = _WORDS.split(str(tag).lower())
+    return "epoch" in words and len([w for w in words if w]) > 1 and "step" not in words
+
+
+_WORDS = regex.compile(r"[^a-z0-9]+")

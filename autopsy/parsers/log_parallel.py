@@ -101,7 +101,7 @@ def _pread_blocks(fd: int, start: int, end: int, block: int) -> Iterator[bytes]:
 def context(sc: Any) -> tuple[Any, ...]:
     """The scanner state that steers what it does next (compared at the cut)."""
     return (sc.cur_step, sc.step_pos >= 0, sc.max_total, sc.last_rate_step, sc.epoch_guard.last,
-            sc.epoch_guard.per_epoch, sc.after_gap, sc.reader.epoch, sc.reader.epoch_total)
+            sc.epoch_guard.per_epoch, sc.after_gap, sc.reader.epoch, sc.reader.epoch_total, sc.reader.per_epoch)
 
 
 def _quiet(sc: Any) -> bool:
@@ -158,7 +158,8 @@ def _child(conn: Any, make: Callable[[], Any], fd: int, p: Plan, limit: int, blo
         "tb": (sc.tb.first, list(sc.tb.last), sc.tb.peak_first), "cf": sc.cf.results,
         "cfg": (sc.cfg.entries, sc.cfg.provisional, sc.cfg.refused), "tail": list(sc.tail),
         "ranks": sc.ranks, "counts": (sc.processed, sc.nul, sc.bad, sc.lines_before, read),
-        "walls": (sc.first_wall, sc.last_wall), "steps": (sc.cur_step, sc.max_steps_seen, sc.max_epochs_seen),
+        "walls": (sc.first_wall, sc.last_wall), "steps": (sc.cur_step, sc.max_steps_seen, sc.max_epochs_seen,
+                                                                 sc.reader.last_epoch, sc.reader.batch),
         "unterminated": bool(last_byte) and last_byte != b"\n", "stride": sc.series.stride,
     })
     while True:  # the series, thinned to the stride the parent settles on
@@ -357,7 +358,11 @@ def _merge(sc: Any, got: dict[str, Any]) -> None:
         sc.first_wall = first_wall
     if last_wall is not None and last_wall != NO_TS_YET:
         sc.last_wall = last_wall
-    cur_step, max_steps, max_epochs = got["steps"]
+    cur_step, max_steps, max_epochs, last_epoch, batch = got["steps"]
+    if last_epoch is not None:
+        sc.reader.last_epoch = last_epoch
+    if batch is not None:
+        sc.reader.batch = batch
     if max_epochs is not None and (sc.max_epochs_seen is None or max_epochs > sc.max_epochs_seen):
         sc.max_epochs_seen = max_epochs
     sc.cur_step = cur_step

@@ -443,6 +443,8 @@ class LogScanner(BlockContext):
         scan.last_step = self.cur_step
         scan.max_steps_seen = self.max_steps_seen
         scan.max_epochs_seen = self.max_epochs_seen
+        scan.last_epoch_seen = self.reader.last_epoch
+        scan.last_epoch_unfinished = self.reader.epoch_unfinished
         # no real step ever seen: every step given was a dict ordinal. (Ordinals before a later
         # bar or step line stay as they are: rare, and the real steps after them are right.)
         scan.steps_inferred = self.counted and self.step_pos < 0

@@ -52,7 +52,9 @@ _METRIC_WORD = re.compile(
 )
 _CONFIG_LIKE = re.compile(r"Namespace\(|[\w.]+=(?:['\"]|True\b|False\b|None\b|[A-Za-z])")
 # settings, not measurements: a line assigning one of these is a configuration line
-_CONFIG_KEY = re.compile(r"(?i)(?<![\w/])(?:max_|min_|num_|n_)\w+\s*[=:]|(?<![\w/])(?:warmup\w*|schedul\w*|vocab\w*"
+# (fairseq's "num_updates=371" on every line is its step counter, not a setting)
+_CONFIG_KEY = re.compile(r"(?i)(?<![\w/])(?:max_|min_|num_|n_)(?!(?:updates|iter)\s*[=:])\w+\s*[=:]"
+                         r"|(?<![\w/])(?:warmup\w*|schedul\w*|vocab\w*"
                          r"|seed|batch_size|epochs|hidden_size|d_model|params)\s*[=:]"
                          # the run's plan written "key value" ("... batch 8192, lr 0.05, max_steps 120"):
                          # a header, whose "batch 8192" is the batch size, not a position
@@ -110,6 +112,23 @@ class Reading:
     style: str  # a known style's name, "template" or "generic"
     step_total: int | None = None
     epoch_total: int | None = None
+    epoch: int | None = None  # the epoch the line states (as printed), for the run's planned-epochs check
+
+
+def within_epoch(epoch: int, epoch_total: int | None, step: int, step_total: int) -> bool:
+    """Does ``step``/``step_total`` on a line that also states ``epoch`` count batches of that epoch?
+
+    mmcv/mmengine (``Epoch [198/200] Iter [454/1487]``), the PyTorch examples (``Epoch [3/10], Step
+    [100/600]``), YOLOv4-pytorch (``Epoch:[ 26/50],step:[42640/44640]``) and fairseq (``epoch 001:
+    100 / 500``) all print the batch index within the epoch and the epoch's length. A global step
+    beside an epoch counter sits where the epoch does in the run (``step/step_total`` within one
+    epoch of ``epoch/epoch_total``): only then is it kept as global. Without a planned epoch
+    count the ``N/M`` beside an epoch is read as the epoch's length, as the step-line parser does.
+    """
+    if epoch_total is None or epoch_total <= 0 or step_total <= 0:
+        return True
+    frac = step / step_total
+    return not ((epoch - 1) / epoch_total - 1e-9 <= frac <= (epoch + 1) / epoch_total + 1e-9)
 
 
 class MetricReader:
@@ -121,6 +140,10 @@ class MetricReader:
         self.templates: dict[str, tuple[str, ...]] = {}  # template -> its metric keys
         self.epoch: int | None = None  # from the last context line (Keras "Epoch 3/10")
         self.epoch_total: int | None = None  # the largest planned epoch count seen
+        self.last_epoch: int | None = None  # the epoch of the last reading that stated one
+        self.per_epoch = False  # a line's "N/M" beside its epoch was seen to count the epoch's batches
+        # the last epoch-relative batch (epoch, n, of, printing cadence): is that epoch's loop unfinished?
+        self.batch: tuple[int, int, int, int] | None = None
         self.block: tuple[Style, str] | None = None  # open block style and its split
         self.table: tuple[Style, list[str]] | None = None
         self.table_idle = 0
@@ -170,7 +193,32 @@ class MetricReader:
         """A block or table is open: every line must be handed over until it closes."""
         return self.block is not None or self.table is not None
 
+    @property
+    def epoch_unfinished(self) -> bool:
+        """The last epoch-relative batch printed leaves its epoch's loop unfinished: the next print
+        (at the file's own cadence, ``Step [200/390]`` after ``[100/390]``) would still be in it."""
+        return self.batch is not None and self.batch[0] == self.last_epoch and \
+            self.batch[1] + self.batch[3] < self.batch[2]
+
     # ------------------------------------------------------------------ reading
+
+    def _place(self, epoch: int | None, epoch_total: int | None, step: int | None,
+               step_total: int | None) -> tuple[int | None, int | None]:
+        """(step, planned steps) of a line: a batch index within an epoch becomes a global step
+        (``epoch * step_total + step``, the epoch as printed: a constant shift for a 1-based count)
+        whose planned total is unknown (the run's length is then ``epoch_total`` epochs). Once a
+        file's lines are seen to count within the epoch they all do (in the last epoch the two
+        readings agree)."""
+        if epoch is None or step is None or not step_total:
+            return step, step_total
+        if self.per_epoch or within_epoch(epoch, epoch_total, step, step_total):
+            self.per_epoch = True
+            prev = self.batch
+            cadence = step - prev[1] if prev is not None and prev[0] == epoch and step > prev[1] else \
+                (prev[3] if prev is not None else 1)
+            self.batch = (epoch, step, step_total, cadence)
+            return epoch * step_total + step, None
+        return step, step_total
 
     def read(self, text: str) -> Reading | None:
         """The metrics of one line (already cleaned), or None."""
@@ -211,18 +259,24 @@ class MetricReader:
         if "epoch_total" in g:
             self.epoch_total = max(self.epoch_total or 0, int(g["epoch_total"]))
         if style.kind == "context":
-            self.epoch = int(g["epoch"])
+            self.epoch = self.last_epoch = int(g["epoch"])
             return None
         body = g.get("body") or g.get("body2") or text
         split = _split_name(g.get("split") or style.split) or split_word(text)
-        step = int(g["step"]) if "step" in g and style.axis == "step" else None
-        if style.axis == "epoch" or (step is None and style.axis == "step"):
-            step = int(g["epoch"]) if "epoch" in g else (self.epoch if style.axis == "epoch" else None)
+        epoch = int(g["epoch"]) if "epoch" in g else (self.epoch if style.axis == "epoch" else None)
+        step_total = int(g["step_total"]) if "step_total" in g else None
+        step = int(g["step"]) if "step" in g and style.axis != "epoch" else None
+        if step is not None:
+            step, step_total = self._place(epoch, int(g["epoch_total"]) if "epoch_total" in g else self.epoch_total,
+                                      step, step_total)
+        elif style.axis != "order":
+            step = epoch
         values = [(k, v) for k, v in pairs(body) if not is_step_key(k)]
         if not values:
             return None
-        return Reading(_tagged(values, split), step, split, style.name,
-                       int(g["step_total"]) if "step_total" in g else None, self.epoch_total)
+        if epoch is not None and split in ("", "train"):
+            self.last_epoch = epoch
+        return Reading(_tagged(values, split), step, split, style.name, step_total, self.epoch_total, epoch)
 
     def _wrapped_opener(self, style: Style, m: re.Match[str]) -> Reading | None:
         """A progress line whose ``key: value`` metrics continue on the indented rows under it
@@ -285,7 +339,8 @@ class MetricReader:
                 values.append((col, v))
         if not values:
             return None
-        return Reading(tuple(values), int(m.group("epoch")), "", style.name, None, self.epoch_total)
+        self.last_epoch = int(m.group("epoch"))
+        return Reading(tuple(values), self.last_epoch, "", style.name, None, self.epoch_total, self.last_epoch)
 
     def _generic(self, text: str) -> Reading | None:
         if not any(c.isdigit() for c in text) and "nan" not in text.lower() and "inf" not in text.lower():
@@ -303,9 +358,13 @@ class MetricReader:
             return None
         if pos.epoch_total:
             self.epoch_total = max(self.epoch_total or 0, pos.epoch_total)
-        step = pos.step if pos.step is not None else pos.epoch
+        step, step_total = self._place(pos.epoch, pos.epoch_total or self.epoch_total, pos.step, pos.step_total)
+        if step is None:
+            step = pos.epoch
+        if pos.epoch is not None and split in ("", "train"):
+            self.last_epoch = pos.epoch
         return Reading(_tagged(found, split), step, split, "template" if learnt is not None else "generic",
-                       pos.step_total, self.epoch_total)
+                       step_total, self.epoch_total, pos.epoch)
 
 
 _SPLITS = {"train": "train", "training": "train", "val": "val", "valid": "val", "validation": "val",

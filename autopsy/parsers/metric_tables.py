@@ -207,6 +207,8 @@ def _table_rows(reader: Any, header: list[str], rows: MetricRows, state: dict[st
                 shift = 1 if step == 0 else 0
             if shift and step is not None:
                 step += shift
+            if by_epoch and step is not None:
+                rows.epochs_done = max(rows.epochs_done or 0, step)
             wall = wall_seconds(to_float(record[wall_col])) if wall_col is not None else math.nan
             row_split = _SPLIT_NAMES.get(record[split_col].strip().lower(), "") if split_col is not None else ""
             for i, cell in enumerate(record):

@@ -39,7 +39,8 @@ _MASKS = re.compile(
     r"|\b[\w.\-]+(?:/[\w.\-]+)*\.(?:py|pyc|cpp|cc|c|h|hpp|cu|pt|pth|ckpt|bin|json|ya?ml|txt|log|csv|h5|npz|npy"
     r"|pkl|safetensors|keras)(?::\d+)?\b"  # files, file:line (solver.cpp:228)
     r"|\b(?:INFO|DEBUG|WARNING|WARN|ERROR|CRITICAL|TRACE|NOTICE)\b"  # log levels glued to a key
-    r"|\b0x[0-9a-fA-F]+|\b[0-9a-f]{12,}\b"  # addresses, hashes
+    # addresses, hashes; not the digits after a decimal point ("loss:2.4166030883789062" is a float)
+    r"|\b0x[0-9a-fA-F]+|(?<!\.)\b[0-9a-f]{12,}\b"
 )
 # key [sep] value. A key is an identifier (with ./- inside) or up to three words; the separator
 # is ":", "=", " = " or whitespace (Megatron "lm loss: ", fairseq "| loss 7.2 |").

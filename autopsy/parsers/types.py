@@ -152,6 +152,8 @@ class LogScan:
     last_step: int | None = None
     max_steps_seen: int | None = None  # e.g. from "step 250/3520" or "| 250/3520 ["
     max_epochs_seen: int | None = None  # e.g. from Keras "Epoch 3/60" or "Epoch [3/10]"
+    last_epoch_seen: int | None = None  # the epoch (as printed) of the last training line stating one
+    last_epoch_unfinished: bool = False  # its last "Step [200/390]" leaves that epoch's loop unfinished
     binary_fraction: float = 0.0  # share of NUL / undecodable bytes in what was read
     config: list[ConfigEntry] = field(default_factory=list)  # configuration the program printed
     # max_bytes read the head and the tail: line numbers from this one on are estimated (~)
@@ -287,6 +289,7 @@ class MetricRows:
     config: list[ConfigEntry] = field(default_factory=list)
     rows_read: int = 0
     bad_rows: int = 0
+    epochs_done: int | None = None  # a table whose step axis is its epoch column: the epochs its last row closes
     first_bad: str | None = None  # "line 17: 3 fields, header has 5"
 
     def add(self, tag: str, step: int | None, wall_time: float, value: float, split: str) -> None:
