@@ -226,7 +226,7 @@ def epoch_plan(run: Run) -> EpochPlan | None:
     if planned is None:
         return None
     logs = [s for s in run.logs if s.last_epoch_seen is not None]
-    lasts: list[tuple[int, str]] = [(s.last_epoch_seen, s.path) for s in logs]
+    lasts: list[tuple[int, str]] = [(s.last_epoch_seen, s.path) for s in logs if s.last_epoch_seen is not None]
     lasts += [(m.epochs_done, m.path) for m in run.metric_files if m.epochs_done is not None]
     df = run.scalars
     files = df[df["source"] != "log"]
