@@ -107,13 +107,17 @@ def _logged(ctx: CheckContext, tb: Traceback, window: int) -> bool:
 _LAUNCHER_FILE = regex.compile(
     r"(?:/bin/(?:torchrun|accelerate(?:-launch)?|deepspeed)$|/runpy\.py$|<frozen runpy>"
     r"|torch/distributed/(?:run|launch)\.py$|torch/distributed/(?:launcher|elastic)/"
-    r"|accelerate/commands/|deepspeed/launcher/|torch/multiprocessing/spawn\.py$)")
+    r"|accelerate/commands/|deepspeed/launcher/|torch/multiprocessing/spawn\.py$"
+    r"|/bin/horovodrun$|horovod/run(?:ner)?/)")
 _LAUNCHER_EXC = ("", "ChildFailedError", "CalledProcessError", "ProcessRaisedException", "ProcessExitedException")
+# horovodrun reports a failed worker with a plain RuntimeError (horovod/runner/gloo_run.py, mpi_run.py)
+_LAUNCHER_MESSAGE = regex.compile(r"^Horovod detected that one or more processes exited with non-zero status")
 
 
 def _launcher_report(tb: Traceback) -> bool:
     """A traceback made only of launcher frames, ending in a child-failure exception or cut off."""
-    if tb.exc_type.rsplit(".", 1)[-1] not in _LAUNCHER_EXC or not tb.frames:
+    launcher_exc = tb.exc_type.rsplit(".", 1)[-1] in _LAUNCHER_EXC or bool(_LAUNCHER_MESSAGE.search(tb.message))
+    if not launcher_exc or not tb.frames:
         return False
     return all(_LAUNCHER_FILE.search(f.file.replace("\\", "/")) for f in tb.frames)
 

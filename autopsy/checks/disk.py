@@ -50,7 +50,7 @@ _SAVERS = (
 )
 # Patterns that fire the rule; the quota ones alone make it a quota error, the torch zip writer's
 # alone (no errno in the text) lower the confidence.
-_QUOTA = frozenset({"quota", "quota_errno", "quota_edquot"})
+_QUOTA = frozenset({"quota", "quota_errno", "quota_edquot", "pbs_jobfs_quota"})
 _STREAM_WRITER = frozenset({"stream_writer", "stream_writer_pos"})
 _FIRING = ("enospc", "errno_28", "rust_os_error_28", "enospc_name", *sorted(_QUOTA), "safetensors_io",
            *sorted(_STREAM_WRITER), "frames_resource_exhausted")
