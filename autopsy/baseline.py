@@ -3,8 +3,10 @@
 A baseline lists findings by fingerprint (``Finding.fingerprint``: the rule and the failure's
 normalised identity, never a line number, a time or the run's name), so a known failure is
 recognised again in tomorrow's run directory. :func:`apply_baseline` moves the report's
-findings whose fingerprint is listed into ``Report.accepted``: they no longer count for
-``--fail-on``, the verdict and the ISSUES log, and every renderer says how many were accepted.
+findings whose fingerprint is listed into ``Report.accepted`` and records the file in
+``Report.baseline``: accepted findings no longer count for ``--fail-on``, the verdict and the
+ISSUES log; every renderer lists them as accepted (SARIF: ``baselineState: unchanged`` with an
+external suppression, the others ``new``; JUnit: a skipped case of type ``accepted``).
 
 The file is JSON, written sorted so that it diffs well in review::
 
@@ -41,6 +43,7 @@ class Baseline:
     """The accepted findings of a baseline file, by fingerprint (entry as read)."""
 
     entries: dict[str, dict[str, Any]]
+    source: str = ""  # the file it was read from, as given
 
     @property
     def fingerprints(self) -> frozenset[str]:
@@ -75,7 +78,7 @@ def load_baseline(path: str | os.PathLike[str]) -> Baseline:
         if not isinstance(fp, str) or ":" not in fp:
             raise BaselineError(f"{p}: findings[{i}] has no fingerprint (rule:hash)")
         entries[fp] = item
-    return Baseline(entries)
+    return Baseline(entries, source=str(path))
 
 
 def apply_baseline(report: Report, baseline: Baseline) -> Report:
@@ -87,8 +90,9 @@ def apply_baseline(report: Report, baseline: Baseline) -> Report:
     """
     known = baseline.fingerprints
     accepted = tuple(f for f in report.findings if f.fingerprint in known)
+    compared = baseline.source or "baseline"
     if not accepted:
-        return report
+        return replace(report, baseline=compared)
     kept = [f for f in report.findings if f.fingerprint not in known]
     if kept and not any(f.primary for f in kept):
         from autopsy.report.common import finding_sort_key
@@ -99,7 +103,7 @@ def apply_baseline(report: Report, baseline: Baseline) -> Report:
     fix = report.fix
     if fix is not None and fix.rule in {f.rule for f in accepted}:
         fix = None  # it was the fix for an accepted failure; renderers compute the new primary's
-    return replace(report, findings=tuple(kept), accepted=report.accepted + accepted, fix=fix)
+    return replace(report, findings=tuple(kept), accepted=report.accepted + accepted, fix=fix, baseline=compared)
 
 
 def entry(f: Finding, run: str) -> dict[str, Any]:

@@ -292,6 +292,9 @@ class Report:
     # Findings a baseline file accepted as known (autopsy.baseline): not in ``findings``, so they
     # count for no --fail-on gate, verdict or ISSUES entry; renderers say how many there were.
     accepted: tuple[Finding, ...] = ()
+    # The baseline file the findings were compared with (as given), whether or not it accepted
+    # any: SARIF then says which results are new and which unchanged. None: no baseline.
+    baseline: str | None = None
 
     @property
     def primary(self) -> Finding | None:

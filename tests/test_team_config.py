@@ -202,11 +202,48 @@ def test_baseline_accepts_known_failures_and_new_ones_still_fail(team: Path) -> 
     assert "no new failure" in lines[0] and "CRITICAL oom.host" in lines[1]
     table = invoke("analyze", disk, oom).stdout  # type: ignore[attr-defined]
     assert "known only" in table and "oom.host" in table
+    _accepted_in_sarif_junit_html(disk, oom, {e["fingerprint"] for e in base["findings"]})
     r = invoke("analyze", oom, "-q", "--update-baseline")
     assert r.exit_code == 0 and invoke("analyze", disk, oom, "-q").exit_code == 0  # type: ignore[attr-defined]
     grown = json.loads((team / "ci" / "autopsy-baseline.json").read_text())["findings"]
     assert len(grown) > len(base["findings"])  # added, nothing dropped
     assert {e["fingerprint"] for e in base["findings"]} <= {e["fingerprint"] for e in grown}
+
+
+def _accepted_in_sarif_junit_html(disk: str, oom: str, known: set[str]) -> None:
+    """Accepted findings are marked accepted in SARIF, JUnit and HTML: never dropped, never failures."""
+    import xml.etree.ElementTree as ET
+
+    import jsonschema
+
+    sarif = json.loads(invoke("analyze", disk, oom, "-f", "sarif").stdout)  # type: ignore[attr-defined]
+    schema = json.loads((REPO / "tests" / "data" / "sarif-2.1.0.schema.json").read_text(encoding="utf-8"))
+    jsonschema.Draft4Validator(schema).validate(sarif)
+    disk_run, oom_run = sarif["runs"]
+    assert {r["partialFingerprints"]["autopsyFingerprint/v1"] for r in disk_run["results"]} == known
+    for res in disk_run["results"]:
+        assert res["baselineState"] == "unchanged" and res["properties"]["accepted"] is True
+        (sup,) = res["suppressions"]
+        assert sup["kind"] == "external" and sup["status"] == "accepted"
+        assert sup["justification"].startswith("known failure, accepted by the baseline ")
+        assert sup["justification"].endswith("ci/autopsy-baseline.json")
+    assert [r["ruleId"] for r in oom_run["results"]][:1] == ["oom.host"]
+    assert {r["baselineState"] for r in oom_run["results"]} == {"new"} and not any(
+        "suppressions" in r for r in oom_run["results"])
+
+    junit = ET.fromstring(invoke("analyze", disk, oom, "-f", "junit").stdout)  # type: ignore[attr-defined]
+    disk_suite, oom_suite = junit.findall("testsuite")
+    assert disk_suite.get("failures") == "0" and oom_suite.get("failures") != "0"
+    cases = {c.get("name"): c for c in disk_suite.findall("testcase")}
+    skipped = cases["disk.full"].find("skipped")
+    assert skipped is not None and skipped.get("type") == "accepted"
+    assert (skipped.get("message") or "").startswith("accepted by the baseline: ")
+
+    html = invoke("analyze", disk, "-f", "html").stdout  # type: ignore[attr-defined]
+    accepted = html[html.index('<section id="accepted">'):html.index('<section id="plots">')]
+    assert 'data-rule="disk.full"' in accepted and "ci/autopsy-baseline.json" in accepted
+    assert 'class="finding ' not in html  # not among the findings: nothing new failed
+    assert "No new failure" in html
 
 
 def test_update_baseline_never_writes_into_a_run(team: Path) -> None:

@@ -23,7 +23,7 @@ from markupsafe import Markup
 
 from autopsy.model import Evidence, Finding, OutcomeKind, ParseStatus, Report, Severity
 from autopsy.report.charts import finding_anchor, fmt_bytes, fmt_num
-from autopsy.report.common import clean_verdict, is_cause_link, nothing_readable
+from autopsy.report.common import clean_verdict, finding_sort_key, is_cause_link, nothing_readable
 from autopsy.report.common import fmt_duration as duration_text
 from autopsy.report.common import fmt_time as time_text
 from autopsy.report.fix import fix_for, fix_text_html
@@ -139,6 +139,8 @@ def build_context(report: Report, run: Run | None) -> dict[str, Any]:
         "version": report.autopsy_version,
         "verdict": _verdict(report, primary),
         "findings": [_finding_view(i, f, findings, docs, context_lines) for i, f in enumerate(findings)],
+        "accepted": [_accepted_view(f) for f in sorted(report.accepted, key=finding_sort_key)],
+        "baseline": report.baseline,
         "not_evaluated": [(o.rule, o.reason or "") for o in report.outcomes if o.kind is OutcomeKind.NOT_EVALUATED],
         "rule_errors": [(o.rule, o.reason or "") for o in report.outcomes if o.kind is OutcomeKind.RULE_ERROR],
         "n_rules": len(report.outcomes),
@@ -269,6 +271,13 @@ def _verdict(report: Report, primary: Finding | None) -> dict[str, Any]:
     return {"kind": kind, "headline": headline, "message": message, "when": when, "recovery": recovery,
             "fix": [Markup(fix_text_html(s)) for s in steps],
             "rule": primary.rule if primary else None, "anchor": _anchor_of(primary, report.findings)}
+
+
+def _accepted_view(f: Finding) -> dict[str, Any]:
+    """A finding a baseline accepted: listed, never counted (the text report's "Accepted by the baseline")."""
+    return {"rule": f.rule, "severity": str(f.severity), "title": strip_terminal(f.title, one_line=True),
+            "message": strip_terminal(f.message, one_line=True), "fingerprint": f.fingerprint,
+            "locations": [ev.location() for ev in dict.fromkeys(f.evidence)][:5]}
 
 
 def _anchor_of(f: Finding | None, findings: Sequence[Finding]) -> str | None:

@@ -140,6 +140,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
                       "action": report.fix.action}
     if report.accepted:  # optional: findings a baseline accepted (docs/json-schema.md)
         out["accepted"] = [finding_to_dict(f) for f in sorted(report.accepted, key=finding_sort_key)]
+    if report.baseline is not None:  # optional: the baseline file the findings were compared with
+        out["baseline"] = report.baseline
     if report.series is not None:  # optional: display data for re-rendering charts (docs/json-schema.md)
         out["series"] = _jsonable(report.series)
     return out
@@ -241,7 +243,9 @@ def report_from_dict(data: Mapping[str, Any]) -> Report:
         accepted = tuple(_finding_from_dict(f) for f in data.get("accepted") or ())
     except (KeyError, TypeError, AttributeError) as exc:
         raise ReportFormatError(f"malformed report: {exc!r}") from None
+    baseline = data.get("baseline")
     return Report(run=run, findings=findings, outcomes=tuple(outcomes), artifacts=artifacts, accepted=accepted,
+                  baseline=baseline if isinstance(baseline, str) else None,
                   problems=tuple(str(p) for p in data.get("problems") or ()),
                   autopsy_version=str(data.get("autopsy_version") or ""),
                   series=_from_json_value(dict(series)) if isinstance(series, Mapping) else None, fix=fix)

@@ -1,9 +1,13 @@
 """SARIF 2.1.0 output for code-scanning UIs: one SARIF run per analysed run directory.
 
 Each finding is a result with its file:line locations (relative to the run directory via
-the ``RUNROOT`` base id, whose absolute value is the run path), its fingerprint as a
-partial fingerprint (so re-uploads de-duplicate), and the rule's card docs as the rule
-descriptor. Validated against the official OASIS schema in the tests.
+the ``RUNROOT`` base id, whose absolute value is the run path; a region wherever the line is
+known, the whole file as a byte region for file-level evidence), its fingerprint as a partial
+fingerprint (so re-uploads de-duplicate), and the rule's card docs as the rule descriptor.
+After ``--baseline``, findings the baseline accepted are results too, with ``baselineState:
+unchanged`` and an external suppression (a code-scanning page shows them as dismissed, not
+as open alerts); the others are ``new``. Validated against the official OASIS schema in the
+tests.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 from urllib.parse import quote
 
 from autopsy.model import Evidence, Finding, Report, Severity
-from autopsy.report.common import ordered_findings
+from autopsy.report.common import finding_sort_key, ordered_findings
 from autopsy.report.fix import _default_catalog, card_docs
 from autopsy.report.json_report import _jsonable
 from autopsy.report.sanitize import strip_terminal
@@ -36,7 +40,10 @@ def _root_uri(run_path: str) -> str:
     return uri if uri.endswith("/") else uri + "/"
 
 
-def _location(ev: Evidence) -> dict[str, Any] | None:
+def _location(ev: Evidence, sizes: Mapping[str, int]) -> dict[str, Any] | None:
+    """A SARIF location for evidence in a file: a line region when the line is known, else the
+    whole file as a byte region when its size is known (a truncated checkpoint, an empty log);
+    a directory or a file autopsy did not list gets no region (nothing true to say)."""
     if not ev.path:
         return None
     phys: dict[str, Any] = {"artifactLocation": {"uri": _uri(ev.path), "uriBaseId": "RUNROOT"}}
@@ -47,6 +54,8 @@ def _location(ev: Evidence) -> dict[str, Any] | None:
         if ev.excerpt:
             region["snippet"] = {"text": strip_terminal(ev.excerpt)}
         phys["region"] = region
+    elif ev.path in sizes:
+        phys["region"] = {"byteOffset": 0, "byteLength": sizes[ev.path]}
     loc: dict[str, Any] = {"physicalLocation": phys}
     label = ev.detail or (f"{ev.tag} {ev.location()}" if ev.tag else None)
     if label:
@@ -54,8 +63,12 @@ def _location(ev: Evidence) -> dict[str, Any] | None:
     return loc
 
 
-def _result(f: Finding, rule_index: int) -> dict[str, Any]:
-    locations = [loc for loc in (_location(ev) for ev in f.evidence) if loc is not None]
+def _result(f: Finding, rule_index: int, sizes: Mapping[str, int], *, state: str | None = None,
+            baseline: str | None = None) -> dict[str, Any]:
+    """One result; ``state`` is its SARIF ``baselineState`` when a baseline was applied:
+    ``new``, or ``unchanged`` for a finding the baseline accepted (then also suppressed,
+    externally, with the baseline named as the justification)."""
+    locations = [loc for loc in (_location(ev, sizes) for ev in f.evidence) if loc is not None]
     props: dict[str, Any] = {"severity": str(f.severity), "confidence": str(f.confidence), "primary": f.primary}
     if f.explained_by:
         props["explainedBy"] = f.explained_by
@@ -77,6 +90,12 @@ def _result(f: Finding, rule_index: int) -> dict[str, Any]:
         result["locations"] = locations[:10]
         if len(locations) > 10:
             result["relatedLocations"] = [dict(loc, id=i) for i, loc in enumerate(locations[10:50], 10)]
+    if state is not None:
+        result["baselineState"] = state
+    if state == "unchanged":
+        props["accepted"] = True
+        result["suppressions"] = [{"kind": "external", "status": "accepted",
+                                   "justification": f"known failure, accepted by the baseline {baseline}"}]
     return result
 
 
@@ -104,15 +123,19 @@ def report_to_sarif(reports: Sequence[Report], catalog: Any = None) -> dict[str,
     runs = []
     for report in reports:
         findings = ordered_findings(report)
+        accepted = sorted(report.accepted, key=finding_sort_key)
         rule_ids: list[str] = []
         first: dict[str, Finding] = {}
-        for f in findings:
+        for f in (*findings, *accepted):
             if f.rule not in first:
                 first[f.rule] = f
                 rule_ids.append(f.rule)
         rule_ids.sort()
         rules = [_rule(r, first[r].title, card_docs(catalog, r), first[r].severity) for r in rule_ids]
         index = {r: i for i, r in enumerate(rule_ids)}
+        sizes = {a.path: a.size for a in report.artifacts}
+        # with a baseline every result says whether it is new; without one the state is unknown
+        new = "new" if report.baseline is not None or report.accepted else None
         notifications = [
             {"level": "note" if o.kind.value == "not_evaluated" else "error",
              "message": {"text": f"{o.rule}: {o.reason or o.kind.value}"},
@@ -126,7 +149,8 @@ def report_to_sarif(reports: Sequence[Report], catalog: Any = None) -> dict[str,
             "automationDetails": {"id": f"autopsy/{report.run.path.rstrip('/')}/"},
             "invocations": [{"executionSuccessful": not report.rule_errors,
                              "toolExecutionNotifications": notifications}],
-            "results": [_result(f, index[f.rule]) for f in findings],
+            "results": [_result(f, index[f.rule], sizes, state=new) for f in findings]
+            + [_result(f, index[f.rule], sizes, state="unchanged", baseline=report.baseline) for f in accepted],
         }
         runs.append(run)
     return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": runs}
