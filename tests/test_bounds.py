@@ -22,6 +22,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
+import numpy as np
 import pytest
 from builders import bytes_read_while
 from conftest import REPO, RUNS
@@ -124,6 +125,50 @@ def test_peak_rss_of_a_long_line_in_a_fresh_process(tmp_path: Path) -> None:
     read, grown_kb = int(out[0]), int(out[1])
     assert read == 64 * MB
     assert grown_kb * 1024 < 48 * MB, f"RSS grew {grown_kb / 1024:.0f} MB reading a 64 MB line"
+
+
+def _trainer_state(path: Path, entries: int) -> None:
+    """The Trainer's own shape (``json.dumps(indent=2, sort_keys=True)``): train and eval entries."""
+    history = []
+    for i in range(1, entries + 1):
+        if i % 50 == 0:
+            history.append({"epoch": i / entries, "eval_loss": 2.0 + (i % 7) / 10, "eval_runtime": 12.25, "step": i})
+        else:
+            history.append({"epoch": round(i / entries, 4), "grad_norm": (i % 97) / 31, "learning_rate": 2e-5 / i,
+                            "loss": round(3.0 - i / entries, 4), "step": i})
+    path.write_text(json.dumps({"global_step": entries, "log_history": history, "max_steps": entries,
+                                "save_steps": 500}, indent=2, sort_keys=True))
+
+
+def test_a_big_trainer_state_costs_its_bytes_and_its_columns_not_8x(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 14: a 400 MB trainer_state.json took 3.0-3.3 GB (8x the file) to read.
+
+    Scaled down 50x: 50,000 entries (7.5 MB) with the scan's piece scaled from 2 MiB to
+    256 KiB. What is held at the peak must be the file's bytes (kept for the entry dicts on
+    demand), the (tag, step, value) columns and one piece's work: the whole history scanned
+    at once (``PIECE_BYTES`` at least the file, as before the fix) peaks at 13-14x the file.
+    """
+    from autopsy.parsers import ts_columns
+    from autopsy.parsers.trainer_state import LazyHistory, history_columns, read_trainer_state
+
+    path = tmp_path / "trainer_state.json"
+    _trainer_state(path, 50_000)
+    size = path.stat().st_size
+    monkeypatch.setattr(ts_columns, "PIECE_BYTES", 256 << 10)
+    read_trainer_state(path, "trainer_state.json")  # imports and one-time tables out of the measure
+
+    def read() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        ts = read_trainer_state(path, "trainer_state.json").value
+        assert isinstance(ts.log_history, LazyHistory)  # the columnar path was taken
+        return history_columns(ts.log_history)
+
+    (tags, steps, values), peak = _peak_while(read)
+    assert len(values) == 49_000 * 4 + 1_000 * 3
+    columns = tags.nbytes + steps.nbytes + values.nbytes
+    assert peak < size + 2 * columns + 8 * MB, (f"peak {peak / MB:.1f} MB for a {size / MB:.1f} MB file "
+                                                f"and {columns / MB:.1f} MB of columns")
+    assert peak < 3.5 * size
 
 
 # -------------------------------------------------------------------- directory shapes

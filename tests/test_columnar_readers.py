@@ -48,9 +48,12 @@ def _same(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]]) -> bool:
     return len(a) == len(b) and all(all(eq(x, y) for x, y in zip(r, s, strict=True)) for r, s in zip(a, b, strict=True))
 
 
-@pytest.fixture
-def force_columnar(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(params=[None, 1 << 10, 97], ids=["one-piece", "1k-pieces", "97-byte-pieces"])
+def force_columnar(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """The columnar path on small files, whole or cut into pieces (97 bytes: about one entry a piece)."""
     monkeypatch.setattr(ts_columns, "MIN_BYTES", 0)
+    if request.param is not None:
+        monkeypatch.setattr(ts_columns, "PIECE_BYTES", request.param)
 
 
 def _regular_history(rng: random.Random, n: int) -> list[dict[str, Any]]:

@@ -14,6 +14,10 @@ history in one regular shape (``json.dumps(indent=2, sort_keys=True)``: flat obj
    ``orjson.loads`` call (C speed, correctly rounded, same floats as ``json``). ``NaN``,
    ``Infinity``, ``null``, ``true`` and ``false`` are recognised by their first byte.
 
+The array is scanned in pieces of whole entries (``PIECE_BYTES``), so the working arrays
+stay a few times one piece and memory is the file's bytes plus the columns (issue 14: a
+400 MB file took 8x its size when the whole array was scanned at once).
+
 Anything else (string or nested values, duplicate keys, odd whitespace, a value longer than
 the window, no orjson) returns None and the caller parses the file the plain way, so the
 result always equals ``json.load`` + the per-value loop (tests/test_fastpaths.py).
@@ -32,12 +36,14 @@ except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None  # type: ignore[assignment]
 
 MIN_BYTES = 1 << 20  # below this the plain parse is as fast; tests lower it to cover this path
+PIECE_BYTES = 2 << 20  # the history is scanned this much at a time (tests lower it to cut often)
 # Value windows: a space, the value, its comma (after "\n    }" for an entry's last value).
 # 24 bytes hold what the Trainer writes; 32 is the retry for longer values.
 _WIDTHS = (24, 32)
 _WIN = max(_WIDTHS)  # room needed after the array's end
 _HISTORY = re.compile(rb'"log_history"\s*:\s*\[')
 _OPENS = re.compile(rb"\s*\{")
+_WS = re.compile(rb"\s*")
 _CLOSES = re.compile(rb".*\}\s*\]\Z", re.S)
 _Q, _COLON, _LBRACE, _RBRACE, _COMMA, _SPACE = 34, 58, 123, 125, 44, 32
 _C1, _C2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
@@ -71,6 +77,46 @@ def scan_history(data: bytes) -> HistoryColumns | None:
     buf = np.frombuffer(data, np.uint8)
     if len(data) - rb < _WIN + 8:  # windows near the end need room: pad (small files only)
         buf = np.concatenate([buf, np.full(_WIN + 8, _SPACE, np.uint8)])
+    # The array is read in pieces of about PIECE_BYTES cut after an entry's "}" (and its ","),
+    # so the scan's working arrays (a few times a piece) do not grow with the file: memory
+    # is the file's bytes, the columns and one piece's work.
+    where: dict[str, int] = {}  # key -> its code in the whole history
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    n_entries = 0
+    start = lb
+    while start < rb:
+        cut = rb if rb - start <= PIECE_BYTES else data.find(b"}", start + PIECE_BYTES, rb) + 1
+        if cut <= 0:
+            cut = rb
+        piece = _scan_piece(buf, start, cut)
+        if piece is None:
+            return None
+        codes, piece_keys, steps, vals, n = piece
+        to_global = np.array([where.setdefault(k, len(where)) for k in piece_keys], np.int64)
+        parts.append((to_global[codes], steps, vals))
+        n_entries += n
+        if cut < rb:  # the next piece starts after the "," between two entries
+            after = _WS.match(data, cut).end()  # type: ignore[union-attr]  # \s* always matches
+            if after == rb:  # the cut fell after the last entry
+                break
+            if data[after:after + 1] != b",":
+                return None
+            cut = after + 1
+        start = cut
+    tag_arr = np.array(sorted(where, key=where.__getitem__), dtype=object)
+    codes = np.concatenate([c for c, _, _ in parts]) if len(parts) > 1 else parts[0][0]
+    steps = np.concatenate([st for _, st, _ in parts]) if len(parts) > 1 else parts[0][1]
+    vals = np.concatenate([v for _, _, v in parts]) if len(parts) > 1 else parts[0][2]
+    return HistoryColumns(lb, rb + 1, n_entries, tag_arr[codes], steps, vals)
+
+
+def _scan_piece(buf: np.ndarray, lb: int, rb: int) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray, int] | None:
+    """(key code, keys, step, value) of the numeric values of the entries in ``buf[lb:rb]``,
+    and the entry count; None when the piece is not the regular shape.
+
+    The piece is whole entries: the array's "[" or the byte after a "," between entries,
+    up to the array's "]" or just past an entry's "}".
+    """
     q = np.flatnonzero(buf[lb:rb] == _Q)
     if len(q) % 2 or not len(q):
         return None
@@ -125,8 +171,7 @@ def scan_history(data: bytes) -> HistoryColumns | None:
         return None
     steps = step_vals.astype(np.int64)
     keep = numeric & ~is_step
-    tag_arr = np.array(keys, dtype=object)
-    return HistoryColumns(lb, rb + 1, n_entries, tag_arr[codes[keep]], steps[entry[keep]], vals[keep])
+    return codes[keep], keys, steps[entry[keep]], vals[keep], n_entries
 
 
 def _key_codes(buf: np.ndarray, op: np.ndarray, cl: np.ndarray) -> tuple[np.ndarray | None, list[str]]:
