@@ -3,8 +3,9 @@
 Each case is a small run built from one of the issue's reproductions. For every format the
 CLI must: exit with a documented code (0-3) and without a traceback; print valid UTF-8 and,
 for the machine formats, a document that parses (JSON, SARIF, JUnit XML, HTML); keep raw
-control bytes out of text, Markdown and JUnit; leave the run directory unchanged; and write
-nothing outside the output the user named.
+control bytes out of text, Markdown and JUnit; leave the run directory unchanged; stay in
+bounded memory (the analysis' peak RSS growth under 500 MB: every case is under 2 MB on disk,
+the zip64 one being sparse); and write nothing outside the output the user named.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import os
 import shutil
 import struct
 import xml.etree.ElementTree as ET
+import zipfile
 from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from conftest import RUNS
 from text_checks import CONTROL
 
@@ -62,8 +64,56 @@ def _scripts(root: Path) -> None:
     (root / "run.sh").write_text("python train.py " + '"' * 5000 + " \\\n" * 3000 + "--lr 1e999999\n")
 
 
+def _zip64(root: Path) -> None:
+    """A sparse 6 GB pytorch_model.bin whose zip64 end record claims a 6 GB central directory."""
+    ck = root / "checkpoint-7"
+    ck.mkdir()
+    path = ck / "pytorch_model.bin"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("archive/data.pkl", b"x" * 100)
+    size = 6 * 2**30
+    with open(path, "r+b") as fh:
+        fh.truncate(size)
+        eocd64 = size - 200
+        fh.seek(eocd64)
+        fh.write(struct.pack("<4sQ2H2L4Q", b"PK\x06\x06", 44, 45, 45, 0, 0, 1, 1, size - 1000, 100))
+        fh.write(struct.pack("<4sLQL", b"PK\x06\x07", 0, eocd64, 1))
+        fh.write(struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0))
+        fh.truncate(fh.tell())
+
+
+def _configs(root: Path) -> None:
+    """A YAML alias bomb, a dense YAML under the size cap, 5,000-digit TOML and YAML integers."""
+    bomb = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    bomb += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)]
+    (root / "config.yaml").write_text("\n".join(bomb) + "\nmax_steps: .inf\n")
+    (root / "dense.yaml").write_text("".join(f"k{i}: {i}\n" for i in range(25_000)))
+    (root / "config.toml").write_text("max_steps = " + "9" * 5000 + "\nseed = -" + "9" * 5000 + "\n")
+
+
 CASES: dict[str, Callable[[Path], None]] = {"names": _names, "github": _github, "numbers": _numbers,
-                                            "headers": _headers, "scripts": _scripts}
+                                            "headers": _headers, "scripts": _scripts, "zip64": _zip64,
+                                            "configs": _configs}
+MEMORY_BOUND = 500 * 2**20
+
+
+def _rss_growth(fn: Callable[[], object]) -> tuple[object, int | None]:
+    """(fn(), the growth of this process' peak RSS while it ran), or None where it cannot be read.
+
+    Linux: the peak (VmHWM) is reset through /proc/self/clear_refs, so the figure is this call's."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        return fn(), None
+
+    def field(name: str) -> int:
+        with open("/proc/self/status") as fh:
+            return next(int(ln.split()[1]) * 1024 for ln in fh if ln.startswith(name + ":"))
+
+    before = field("VmRSS")
+    result = fn()
+    return result, field("VmHWM") - before
 
 
 def _snapshot(root: Path) -> dict[str, tuple[int, str]]:
@@ -72,7 +122,12 @@ def _snapshot(root: Path) -> dict[str, tuple[int, str]]:
         for name in dirnames + filenames:
             p = Path(dirpath) / name
             st = p.lstat()
-            digest = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() and not p.is_symlink() else "-"
+            if p.is_symlink() or not p.is_file():
+                digest = "-"
+            elif st.st_size > 16 * 2**20:  # the sparse zip64 file: not read whole, its inode and mtime say
+                digest = f"{st.st_ino}:{st.st_mtime_ns}"
+            else:
+                digest = hashlib.sha256(p.read_bytes()).hexdigest()
             out[os.fsencode(p).hex()] = (st.st_size, digest)
     return out
 
@@ -102,7 +157,11 @@ def test_every_hostile_case_in_every_format(cases: dict[str, Path], case: str, f
     outdir.mkdir()
     monkeypatch.chdir(outdir)  # stdout is the output; the cwd must stay empty
     env = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": ""}
-    res = CliRunner().invoke(main, ["analyze", str(run), "--format", fmt], env=env, catch_exceptions=False)
+    res, grown = _rss_growth(lambda: CliRunner().invoke(main, ["analyze", str(run), "--format", fmt], env=env,
+                                                        catch_exceptions=False))
+    assert isinstance(res, Result)
+    if grown is not None:
+        assert grown < MEMORY_BOUND, f"peak RSS grew {grown / 2**20:.0f} MB"
     assert res.exit_code in (0, 1, 2, 3), res.exit_code
     assert res.exit_code != 3, res.stderr  # no internal error on any case
     assert "Traceback" not in res.stderr and "Traceback" not in res.stdout
