@@ -109,3 +109,41 @@ def test_only_user_card_patterns_are_timed_out(tmp_path: Path) -> None:
     assert catalog.overridden == ("crash.exception",)
     guarded = {spec.key.split("/")[0] for spec in catalog.patterns() if spec.guarded}
     assert guarded == {"crash.exception"}
+
+
+def test_near_misses_of_every_built_in_literal_do_not_stall_the_scan(tmp_path: Path) -> None:
+    """Issue 14's first hang as a reproduction, for every card rather than the one tried.
+
+    The log holds the issue's line (``NCCL error in: x, y``, 20,000 spaces, then ``z``: 52 s
+    per line with the card's old pattern, 17 minutes for the 20 lines here) twenty times, and,
+    for each of the catalog's literals, the literal followed by 2,000 repeats of a space, a
+    letter, a digit, a colon or ", " and a byte no pattern expects: each line passes the
+    literal prefilter and sends the card's regexes into their longest repeat. This test found
+    the metric reader's pair pattern quadratic on the issue's line (about 7 s a line, its
+    separator ``\\s*(?:[:=]|\\s)\\s*``, now ``(?:\\s*[:=]\\s*|\\s+)``). The built-in
+    patterns run without a timeout, so the scan runs in a child process whose ``timeout`` is
+    only a hang guard (nothing here measures speed).
+    """
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    literals = sorted({lit for spec in _CATALOG.patterns() for lit in spec.literals})
+    lines = ["NCCL error in: x, y" + " " * 20_000 + "z"] * 20
+    lines += [lit + filler * 2000 + "\x01" for lit in literals for filler in (" ", "a", "0", ":", ", ")]
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    code = ("import json, sys\nfrom pathlib import Path\nfrom autopsy.engine.loader import load_catalog\n"
+            "from autopsy.parsers.logs import compile_patterns, scan_log\n"
+            "c = compile_patterns(load_catalog(()).patterns())\n"
+            "s = scan_log(Path(sys.argv[1]), 'train.log', c, max_bytes=1 << 40, rank=None)\n"
+            "print(json.dumps([s.status.value, s.bytes_read, s.n_lines, s.note]))\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(log)], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=600)  # hang guard only
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    status, read, n_lines, note = json.loads(proc.stdout)
+    assert len(literals) > 200
+    assert (status, read, n_lines) == ("ok", log.stat().st_size, len(lines)), note

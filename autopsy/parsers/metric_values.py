@@ -47,7 +47,7 @@ _MASKS = re.compile(
 _PAIR = re.compile(
     r"(?<![\w.])(?P<k>[A-Za-z_][\w./\-]*(?:\[[\w/]+\])?"
     r"(?:[ ](?!(?:nan|NaN|NAN|inf|Inf|INF)\b)[A-Za-z_][\w./\-]*){0,3})['\"]?"
-    r"(?:\s*\((?P<kunit>ms|s|sec|%)\))?\s*(?:[:=]|\s)\s*"
+    r"(?:\s*\((?P<kunit>ms|s|sec|%)\))?(?:\s*[:=]\s*|\s+)"  # not \s*(?:[:=]|\s)\s*: quadratic on long blanks
     + NUM + r"(?P<unit>ms|us|µs|min|s|%)?" + _END
 )
 _TIME_UNITS = {"ms": 1e-3, "us": 1e-6, "µs": 1e-6, "s": 1.0, "min": 60.0}
@@ -104,7 +104,7 @@ def _blank(m: re.Match[str]) -> str:
 # One cell of a "|"-separated line holding one pair: the key is all before the value (Megatron's
 # "number of nan iterations:   0", "elapsed time per iteration (ms): 1234.5").
 _CELL = re.compile(r"\s*(?P<k>[A-Za-z_][\w.\-/]*(?:\s+[A-Za-z_][\w.\-/]*)*?)"
-                   r"(?:\s*\((?P<kunit>ms|s|sec|%)\))?\s*[:=]?\s+" + NUM
+                   r"(?:\s*\((?P<kunit>ms|s|sec|%)\))?(?:\s*[:=]\s+|\s+)" + NUM
                    + r"(?P<unit>ms|us|µs|min|s|%)?\s*")
 
 
