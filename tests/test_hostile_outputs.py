@@ -338,3 +338,21 @@ def test_a_saved_report_with_wrong_types_is_an_input_error(tmp_path: Path) -> No
     assert code in (0, 2)
     assert "Traceback" not in err
     assert CONTROL.search(err) is None
+
+
+def test_a_saved_report_of_millions_of_tiny_values_is_refused_before_parsing(tmp_path: Path) -> None:
+    """Issue 14: "3.7 GB RSS on another hostile saved report". Reproduced at the size cap: 31 MB
+    of empty lists (``[],[],...``: 10M lists, 64 bytes each once parsed) took 1.6 GB; it is
+    refused from a count of its commas and openers, before ``json.loads``."""
+    saved = tmp_path / "r.json"
+    saved.write_text('{"schema_version": 1, "run": {"path": "r"}, "findings": ['
+                     + ",".join(["[]"] * (31 * 2**20 // 3)) + "]}")
+    tracemalloc.start()
+    try:
+        code, _out, err = _cli("report", str(saved))
+        _cur, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert code == 2
+    _one_error_line(err, "more than 2,000,000 JSON values")
+    assert peak < 4 * saved.stat().st_size, peak  # the text and its decoded copy, not 10M lists

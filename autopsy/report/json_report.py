@@ -265,6 +265,7 @@ def _resume_from_dict(d: Any) -> ResumePlan | None:
 
 
 MAX_SAVED_DEPTH = 64  # a report autopsy writes nests about 8 deep
+MAX_SAVED_VALUES = 2_000_000  # a report of a large run holds tens of thousands
 
 
 def _depth_ok(data: Any) -> bool:
@@ -285,11 +286,17 @@ def reports_from_text(text: str) -> list[Report]:
     """Read a saved report: one JSON object, a JSON array of them, or JSON Lines.
 
     Hostile input is a :class:`ReportFormatError`, never a crash: nesting deeper than
-    :data:`MAX_SAVED_DEPTH`, numbers out of range, fields of the wrong type.
+    :data:`MAX_SAVED_DEPTH`, more than :data:`MAX_SAVED_VALUES` values, numbers out of range,
+    fields of the wrong type.
     """
     stripped = text.strip()
     if not stripped:
         raise ReportFormatError("empty file")
+    # Each JSON value costs 30-60 bytes of Python objects for 2-3 bytes of text ("[]," is a
+    # list): a 31 MB file of them took 1.6 GB. Commas and openers bound the value count.
+    values = stripped.count(",") + stripped.count("[") + stripped.count("{")
+    if values > MAX_SAVED_VALUES:
+        raise ReportFormatError(f"holds more than {MAX_SAVED_VALUES:,} JSON values: not an autopsy report")
     try:
         try:
             data = json.loads(stripped)
