@@ -99,7 +99,7 @@ SCREEN_LINES = 50  # a first screen: a laptop terminal at 100 columns
 def test_fixture_terminal_fits_100_columns_and_acts_on_the_first_screen(name: str, pinned: Path) -> None:
     """100 columns, no word broken, the whole verdict and the fix on the first screen, Not evaluated last."""
     from autopsy.report.common import verdict_finding
-    from autopsy.report.terminal import render_terminal
+    from autopsy.report.terminal import _fix_lines, render_terminal
 
     report = _report(pinned, name)
     text = render_terminal(report, width=100)
@@ -112,10 +112,37 @@ def test_fixture_terminal_fits_100_columns_and_acts_on_the_first_screen(name: st
     if top is not None:
         assert " ".join(top.message.split()) in first  # the verdict's message, whole
         assert "Fix" in lines[:SCREEN_LINES] or "Recovery" in lines[:SCREEN_LINES], name
+        fix = _fix_lines(report, 100)
+        if fix:  # the whole fix (every step) on the first screen, not only its heading
+            start = lines.index("Fix")
+            assert lines[start:start + len(fix)] == fix, name
+            assert start + len(fix) <= SCREEN_LINES, f"{name}: the fix ends on line {start + len(fix)}"
         assert "," not in next((w for w in first.split() if w.startswith("pid=")), "")
     headings = [x for x in lines if x and not x.startswith(" ")]
     if report.not_evaluated:
         assert headings[-1].startswith("Not evaluated"), headings
+
+
+@pytest.mark.parametrize("name", _runs())
+def test_fixture_resume_command_parses_with_the_runs_own_script(name: str, pinned: Path) -> None:
+    """The resume command the report proposes (not a re-derivation of it) parses with the run's
+    own script; a run with a checkpoint but no command says why instead of inventing a flag."""
+    from tests.argparse_rebuild import rebuild_parser, script_args
+
+    report = _report(pinned, name)
+    plan = report.run.resume
+    if plan is None:
+        assert report.run.latest_valid_checkpoint is None or report.run.poisoned_checkpoints, name
+        return
+    if plan.command is None:
+        assert plan.note, f"{name}: a checkpoint to resume from and no word on how"
+        return
+    assert plan.verified and plan.script and plan.checkpoint and plan.option, (name, plan)
+    parser = rebuild_parser(RUNS / name / plan.script)
+    ns, extra = parser.parse_known_args(script_args(plan.command, plan.script))
+    assert not extra, (name, plan.command, extra)
+    assert plan.cwd == name and (RUNS / name / plan.checkpoint).exists()  # relative to the one stated dir
+    assert getattr(ns, plan.option.lstrip("-").replace("-", "_")) == plan.checkpoint, (name, plan.command)
 
 
 def test_verbose_shows_every_fact_and_reason(pinned: Path) -> None:
