@@ -249,6 +249,9 @@ class RunSummary:
     poisoned_checkpoints: tuple[str, ...] = ()
     # The resume command (or what to do when none can be proposed); resume_hint is its command.
     resume: ResumePlan | None = None
+    # The last step is the planned last one (max_steps, or max_steps - 1 for a loop counted from 0).
+    # Derived, not serialized: a saved report reads it back as last_step >= max_steps.
+    completed: bool = False
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,8 @@ def summarize(run: Any, primary: Finding | None = None, *, display_path: str | N
     seconds_lost: float | None = None
     end = failure_time if failure_time is not None else ended
     completed = last_step is not None and max_steps is not None and last_step >= max_steps
+    # a loop over range(max_steps) that logs its index ends at max_steps - 1: that is its last step
+    completed = completed or bool(safe("planned steps reached", lambda: _reached_plan(run), False))
     crashed = primary is not None and primary.severity >= Severity.CRITICAL
     if last_step is not None and not (completed and not crashed):
         # A run that reached its planned steps has nothing to resume: no work was lost,
@@ -88,7 +90,14 @@ def summarize(run: Any, primary: Finding | None = None, *, display_path: str | N
         failure_time_source=failure_source,
         disk_at_analysis=disk_at_analysis(run),
         poisoned_checkpoints=poisoned,
+        completed=completed,
     )
+
+
+def _reached_plan(run: Any) -> bool:
+    from autopsy.checks.run_state import reached_plan
+
+    return reached_plan(run)
 
 
 def disk_at_analysis(run: Any) -> dict[str, int] | None:

@@ -187,6 +187,8 @@ def fmt_step(report: Report) -> str:
     last, total = report.run.last_step, report.run.max_steps
     if last is None:
         return "?"
+    if total and report.run.completed and last == total - 1:
+        return f"{last:,} of 0..{last:,}"  # range(total) done: its last index, not one short of total
     return f"{last:,}/{total:,}" if total else f"{last:,}"
 
 
@@ -303,7 +305,7 @@ def lost_work(report: Report) -> str:
 def run_finished(report: Report) -> bool:
     """The run reached its planned step count: a problem in it was not a crash that lost work."""
     run = report.run
-    return run.max_steps is not None and run.last_step is not None and run.last_step >= run.max_steps
+    return run.completed or (run.max_steps is not None and run.last_step is not None and run.last_step >= run.max_steps)
 
 
 def plain_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
