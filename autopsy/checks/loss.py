@@ -134,7 +134,7 @@ def _short_spike(ctx: CheckContext, gnorm: Series | None, loss: Series | None, m
         tail = ("and came back down" if back else "and stayed up" if back is False
                 else "at the end of what was logged")
         msg = (f"{s.metric} jumped to {_num(float(v[peak]))} at step {int(s.steps[peak])}, "
-               f"{float(v[peak]) / b:.1f}x the median {_num(b)} of the {i} points before the jump began "
+               f"{_num(float(v[peak]) / b)}x the median {_num(b)} of the {i} points before the jump began "
                f"(step {int(s.steps[i])}), {tail} (a short series: {len(v)} logged points).")
         facts: dict[str, object] = {"metric": s.metric, "tag": s.tag, "path": s.path, "n_points": len(v),
                                     "step": int(s.steps[peak]), "value": rounded(float(v[peak]), 4),
