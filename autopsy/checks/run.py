@@ -24,6 +24,7 @@ from autopsy.checks.hang import (
 )
 from autopsy.checks.run_state import (
     TERMINATION_EXIT_CODES,
+    EpochPlan,
     Signal,
     cadence_seconds,
     completion_line,
@@ -376,7 +377,7 @@ def incomplete(ctx: CheckContext) -> Iterable[Finding]:
         if t_prog is not None and idle < _stall_threshold(ctx, cadence_seconds(run)):
             return _maybe_running(ctx, t_prog, t_src)
         if t_prog is None:
-            return _cannot_tell(ctx)
+            return _cannot_tell(ctx, epochs)
         how = ("it left no error, exit status or termination line (killed from outside, the log was cut, "
                "or the process is still alive and hung)")
         confidence = Confidence.LOW
@@ -411,7 +412,7 @@ def _outlived(sig: Signal, signals: list[Signal]) -> bool:
                and t.evidence.line is not None and t.evidence.line > sig.evidence.line for t in signals)
 
 
-def _cannot_tell(ctx: CheckContext) -> list[Finding]:
+def _cannot_tell(ctx: CheckContext, epochs: EpochPlan | None = None) -> list[Finding]:
     """Short of max_steps, nothing recorded the end, and no clock tells how long ago the last step was.
 
     The log's lines simply stop: a run killed without a trace, a log cut by a paste or a partial
@@ -420,10 +421,17 @@ def _cannot_tell(ctx: CheckContext) -> list[Finding]:
     """
     run = ctx.run
     last, planned = run.last_step, run.max_steps
-    if last is None or planned is None:
+    if epochs is not None:  # planned in epochs: the log stops inside one short of (or in) the last
+        facts: dict[str, object] = {"last_step": last, "last_epoch": epochs.last, "max_epochs": epochs.planned,
+                                    "last_epoch_source": epochs.last_source,
+                                    "max_epochs_source": epochs.planned_source}
+        where = f"in epoch {epochs.last} of {epochs.planned}"
+    elif last is None or planned is None:
         return []
-    facts: dict[str, object] = {"last_step": last, "max_steps": planned, "fraction_done": round(last / planned, 4)}
-    msg = (f"The log stops at step {last} of {planned} with no error, exit status or termination line, and no clock "
+    else:
+        facts = {"last_step": last, "max_steps": planned, "fraction_done": round(last / planned, 4)}
+        where = f"at step {last} of {planned}"
+    msg = (f"The log stops {where} with no error, exit status or termination line, and no clock "
            "(TensorBoard wall times, the run's own file times) tells how long ago that step was: the run may have "
            "been killed without a trace, the log may be cut (a paste, a partial copy), or the run may still be "
            "going. Not enough to say it ended early.")
