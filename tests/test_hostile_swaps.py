@@ -162,3 +162,33 @@ def test_a_directory_swapped_for_a_link_is_refused_but_a_linked_root_is_read(tmp
     with pytest.raises(OSError, match="on its path is a symbolic link"):
         read_regular(latest / "ckpt" / "state.json", 100)
     assert read_regular(secret / "state.json", 100) == SECRET.encode()  # outside any root: an ordinary read
+
+
+def test_files_of_one_directory_share_one_walk_and_a_new_run_walks_again(tmp_path: Path, monkeypatch) -> None:
+    """The kept directory descriptor: reading many files of one directory walks from the root
+    once (a run of 10,000 small files paid three extra opens per file), and registering a run
+    again (a new analysis) drops it, so a directory deleted and re-created is read afresh."""
+    from autopsy.parsers import safe_open
+    from autopsy.parsers.safe_open import confine_to, read_regular
+
+    run = tmp_path / "run"
+    (run / "eval" / "samples").mkdir(parents=True)
+    for i in range(20):
+        (run / "eval" / "samples" / f"s{i}.json").write_text(f"{i}")
+    confine_to(run)
+    opened: list[object] = []
+    real_open = os.open
+
+    def counting_open(path, flags, mode=0o777, *, dir_fd=None):  # type: ignore[no-untyped-def]
+        opened.append(path)
+        return real_open(path, flags, mode, dir_fd=dir_fd)
+
+    monkeypatch.setattr(safe_open.os, "open", counting_open)
+    assert [read_regular(run / "eval" / "samples" / f"s{i}.json", 10) for i in range(20)] == \
+        [str(i).encode() for i in range(20)]
+    assert len(opened) == 20 + 3  # one open per file, plus root, eval, samples once
+    shutil.rmtree(run / "eval")
+    (run / "eval" / "samples").mkdir(parents=True)
+    (run / "eval" / "samples" / "s0.json").write_text("new")
+    confine_to(run)
+    assert read_regular(run / "eval" / "samples" / "s0.json", 10) == b"new"

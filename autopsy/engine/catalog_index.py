@@ -204,7 +204,12 @@ def cache_path() -> str | None:
     if d is None:
         return None
     tag = sys.implementation.cache_tag or "py"
-    return os.path.join(d, f"catalog-{tag}.json")
+    # One file per installation (the built-in rules' directory): two virtual environments or
+    # checkouts used in turn would otherwise overwrite each other's entry on every call.
+    import zlib
+
+    where = zlib.crc32(os.fsencode(builtin_rules_dir() or ""))
+    return os.path.join(d, f"catalog-{tag}-{where:08x}.json")
 
 
 def file_stat(path: str) -> tuple[int, int, int] | None:
