@@ -71,6 +71,7 @@ TERMINATION_LINE = regex.compile(
     r"|interrupted by signal (?:15|2)[:：]"  # PyCharm: "exit code 143 (interrupted by signal 15: SIGTERM)"
     r"|TERM_(?:RUNLIMIT|OWNER|ADMIN|PREEMPT):|PBS: job killed: walltime|qmaster enforced h_rt"  # LSF, PBS, SGE
     r"|exceeded hard wallclock time|timeout: sending signal"  # SGE execd, coreutils timeout
+    r"|\*\*\* \[[^\]\n]+\] Error 124\b"  # make's report of a recipe that coreutils timeout ended
     r"|\bpreempted\b|\bpreemption notice\b",
     regex.IGNORECASE,
 )

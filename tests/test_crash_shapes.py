@@ -12,7 +12,7 @@ from autopsy.checks.crash_exception import _looks_like_exception
 from autopsy.checks.hang import is_hang_dump, is_stop, waiting_frame
 from autopsy.checks.tb_causes import gate_open
 from autopsy.discover import classify
-from autopsy.model import ArtifactKind
+from autopsy.model import ArtifactKind, Confidence
 from autopsy.parsers.log_text import clean, split_glued
 from autopsy.parsers.types import Frame, Traceback
 
@@ -157,3 +157,113 @@ def test_a_cut_traceback_right_below_a_relayed_stop_is_a_stop(tmp_path, above: s
     assert len(tbs) == 1
     assert marked_stop(run, tbs[0]) == stop
     assert is_stop(tbs[0], run) is (stop is not None)
+
+
+# ----------------------------------------------------------------------------- batch11's general causes
+# Each log below is quoted from a crash/batch11 corpus entry (named beside it) or another real thread.
+
+def _report(tmp_path, text: str):  # type: ignore[no-untyped-def]
+    from autopsy.api import analyze
+
+    (tmp_path / "console.txt").write_text(text, encoding="utf-8")
+    return analyze(tmp_path)
+
+
+def _rules(report) -> set[str]:  # type: ignore[no-untyped-def]
+    return {f.rule for f in report.findings}
+
+
+# modelbuilder_2779: libtorch's C++ report under its message, no Python traceback (ML.NET / TorchSharp)
+_C10_INDEX = ("arget 4294967295 is out of bounds.\n"
+              "Exception raised from nll_loss_out_frame at C:\\actions-runner\\_work\\pytorch\\pytorch\\builder"
+              "\\windows\\pytorch\\aten\\src\\ATen\\native\\LossNLL.cpp:230 (most recent call first):\n"
+              "00007FFEB155AD0200007FFEB155ACA0 c10.dll!c10::Error::Error [<unknown file> @ <unknown line number>]\n"
+              "00007FFEB1523FB500007FFEB1523F40 c10.dll!c10::IndexError::IndexError [<unknown file> @ <unknown line "
+              "number>]\n")
+# torchsharp_950: the same report under a CUDA OOM, which oom.cuda explains
+_C10_OOM = ("System.Runtime.InteropServices.ExternalException:“CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; "
+            "23.99 GiB total capacity; 21.46 GiB already allocated; 0 bytes free; 23.18 GiB reserved in total by "
+            "PyTorch)\n"
+            "Exception raised from malloc at C:\\actions-runner\\_work\\pytorch\\pytorch\\builder\\windows"
+            "\\pytorch\\c10\\cuda\\CUDACachingAllocator.cpp:704 (most recent call first):\n"
+            "00007FFB7D59524500007FFB7D5951D0 c10.dll!c10::OutOfMemoryError::OutOfMemoryError [<unknown file> @ "
+            "<unknown line number>]\n")
+
+
+def test_a_c10_error_report_without_a_python_traceback_is_a_crash(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    report = _report(tmp_path, _C10_INDEX)
+    assert report.primary is not None and report.primary.rule == "crash.exception"
+    assert report.primary.facts["exc_type"] == "c10::Error"
+    assert "4294967295 is out of bounds" in report.primary.facts["message"]
+    assert "tokenizer.mismatch" not in _rules(report)
+
+
+def test_a_c10_report_under_an_error_another_rule_knows_is_left_to_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    report = _report(tmp_path, _C10_OOM)
+    assert report.primary is not None and report.primary.rule == "oom.cuda"
+    assert "crash.exception" not in _rules(report)
+
+
+@pytest.mark.parametrize(("text", "rule"), [
+    # daysign_22: coreutils timeout's command died of SIGILL (bash's report), not of the time limit
+    ('timeout: the monitored command dumped core\n/ql/shell/otask.sh: line 95:  2367 Illegal instruction     '
+     '$timeoutCmd $which_program $file_param "${script_params[@]}"\n', "env.import"),
+    # facemask_169: zsh's report of the same
+    ("zsh: illegal hardware instruction  python train_mask_detector.py --dataset dataset\n", "env.import"),
+    # a CUDA kernel's illegal instruction is a device error, not a CPU mismatch
+    ("RuntimeError: CUDA error: an illegal instruction was encountered\n", None),
+])
+def test_sigill_is_a_binary_built_for_another_cpu(tmp_path, text: str, rule: str | None) -> None:  # type: ignore[no-untyped-def]
+    report = _report(tmp_path, text)
+    if rule is None:
+        assert "env.import" not in _rules(report)
+        return
+    assert report.primary is not None and report.primary.rule == rule
+    assert report.primary.confidence is Confidence.MEDIUM and report.primary.facts["kind"] == "cpu_instruction"
+    assert "run.incomplete" not in _rules(report)
+
+
+def test_make_reporting_timeouts_exit_status_is_a_time_limit(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from autopsy.clock import TERMINATION_LINE
+
+    # whilp/working reflection 2026-03-06: a runner killed by coreutils timeout inside a make recipe
+    report = _report(tmp_path, "[run-ah] 2026-03-06T08:09:04Z starting (timeout=300s)\n"
+                               "[run-ah] 2026-03-06T08:14:04Z timed out after 300s\n"
+                               "make[1]: *** [work.mk:193: o/do/done] Error 124\n")
+    assert report.primary is not None and report.primary.rule == "run.incomplete"
+    assert TERMINATION_LINE.search("make[1]: *** [work.mk:193: o/do/done] Error 124")
+    # make went on past an ignored timeout; another status is not timeout's
+    assert not TERMINATION_LINE.search("make: [Makefile:116: test/salidas/fecha4-combinado.sal] Error 124 (ignored)")
+    assert not TERMINATION_LINE.search("make[1]: *** [Makefile:185: run-plugin-catch-syscalls-with-libinline.so] "
+                                       "Error 134")
+
+
+@pytest.mark.parametrize(("text", "rule"), [
+    # mtgrnn_1: LuaJIT's allocator (char-rnn on the CPU)
+    ("999/12000 (epoch 4.163), train_loss = 0.55656064, grad/param norm = 2.2091e-01, time/batch = 2.5914s\n"
+     "evaluating loss over split index 2\n1/13...\nPANIC: unprotected error in call to Lua API (not enough memory)\n",
+     "oom.host"),
+    # mlnet_7040: the .NET runtime
+    ("System.OutOfMemoryException\n  HResult=0x8007000E\n  Message=Exception of type 'System.OutOfMemoryException' "
+     "was thrown.\n  Source=Microsoft.ML.Core\n", "oom.host"),
+    # Lua torch's GPU allocator stays a GPU OOM (waifu2x / cutorch wording)
+    ("THCudaCheck FAIL file=/tmp/luarocks_cutorch-scm-1-1606/cutorch/lib/THC/generic/THCStorage.cu line=66 "
+     "error=2 : out of memory\n", "oom.cuda"),
+])
+def test_out_of_memory_of_wrapped_runtimes(tmp_path, text: str, rule: str) -> None:  # type: ignore[no-untyped-def]
+    report = _report(tmp_path, text)
+    assert report.primary is not None and report.primary.rule == rule
+    if rule == "oom.cuda":
+        assert "oom.host" not in _rules(report)
+
+
+def test_jax_debug_nans_stop_is_a_nonfinite_loss(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # keras_jax_19595: Keras 3 on JAX with jax_debug_nans, the notebook's JSON error
+    report = _report(tmp_path, '{\n\t"name": "FloatingPointError",\n\t"message": "invalid value (nan) encountered in '
+                               'jit(compiled_train_step). Because jax_config.debug_nans.value and/or '
+                               'config.jax_debug_infs is set, the de-optimized function was called.",\n')
+    assert report.primary is not None and report.primary.rule == "loss.nonfinite"
+    assert "jit(compiled_train_step)" in report.primary.message
+    # numpy's warning (continual_learning entry's kind) is not a JAX stop
+    healthy = _report(tmp_path, "RuntimeWarning: invalid value encountered in true_divide\nepoch 1 loss 0.5\n")
+    assert "loss.nonfinite" not in _rules(healthy)

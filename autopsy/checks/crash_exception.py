@@ -33,7 +33,7 @@ from autopsy.checks.common import (
     where,
 )
 from autopsy.checks.hang import ctrl_c_marked, waiting_frame
-from autopsy.checks.tb_causes import FRAMES_PREFIX, frames_text, gate_open, hit_context
+from autopsy.checks.tb_causes import FRAMES_PREFIX, frames_text, gate_open, hit_context, read_before
 from autopsy.engine.types import CheckContext
 from autopsy.model import Confidence, Evidence, Finding
 from autopsy.parsers.types import Hit, PatternSpec, Traceback
@@ -208,12 +208,14 @@ def _headless(ctx: CheckContext, ignore: set[str], min_after: int,
               explainers: Sequence[regex.Pattern[str]]) -> list[Finding]:
     """The last line of an uncaught exception kept without its traceback (pastes, tail -n)."""
     def explained(h: Hit) -> bool:
+        texts = [h.text, group(h, "message") or ""]
         for rx, gated_by in explainers:
-            if rx.search(h.text) and (gated_by is None or gate_open(gated_by, hit_context(ctx.run, h))):
+            if any(rx.search(t) for t in texts) and (gated_by is None
+                                                     or gate_open(gated_by, hit_context(ctx.run, h))):
                 return True
         return False
 
-    candidates = [*ctx.hits.get("headless_exception", ()), *_last_line_exceptions(ctx)]
+    candidates = [*ctx.hits.get("headless_exception", ()), *_c10_reports(ctx), *_last_line_exceptions(ctx)]
     hits = [h for h in candidates
             if (group(h, "exc_type") or "").rsplit(".", 1)[-1] not in ignore
             and not recovered(ctx.run, h, min_after) and not explained(h)]
@@ -227,14 +229,32 @@ def _headless(ctx: CheckContext, ignore: set[str], min_after: int,
     if lead.step is not None:
         facts["step"] = lead.step
     step = f" at step {lead.step}" if lead.step is not None else ""
+    kept = ("libtorch's C++ report of it, no Python traceback" if exc_type == "c10::Error"
+            else "only its last line, not the traceback")
     msg = (f"The run died of an uncaught {exc_type.rsplit('.', 1)[-1]}: {message[:200]!r}{step} ({where(lead)}); "
-           "the log holds only its last line, not the traceback.")
+           f"the log holds {kept}.")
     if group(lead, "prog"):
         facts["program"] = group(lead, "prog")
         msg = (f"{group(lead, 'prog')} refused its command line and exited with status 2 (argparse): {message[:200]!r}"
                f"{step} ({where(lead)}); fix the launch command or the options the script defines.")
     return [ctx.finding(msg, key=f"{exc_type.rsplit('.', 1)[-1]}:headless", facts=facts,
                         evidence=evidence_for([lead]), step=lead.step, wall_time=lead.wall_time)]
+
+
+def _c10_reports(ctx: CheckContext) -> list[Hit]:
+    """libtorch's "Exception raised from X at file:line (most recent call first):" with no Python traceback
+    (a .NET / Java / C++ host): the error whose message is the line above it. Left out when that line is
+    already the host's own exception line (a headless_exception hit just above)."""
+    heads = {(h.path, h.lineno) for h in ctx.hits.get("headless_exception", ())}
+    out = []
+    for h in ctx.hits.get("c10_error_report", ()):
+        if any((h.path, h.lineno - d) in heads for d in (1, 2)):
+            continue
+        above = [ln.strip() for ln in read_before(ctx.run, h, 3) if ln.strip()]
+        out.append(Hit(key=h.key, path=h.path, lineno=h.lineno, offset=h.offset, text=h.text,
+                       groups={"exc_type": "c10::Error", "message": above[-1] if above else ""},
+                       rank=h.rank, wall_time=h.wall_time, step=h.step))
+    return out
 
 
 def _last_line_exceptions(ctx: CheckContext) -> list[Hit]:

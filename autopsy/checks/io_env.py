@@ -9,14 +9,18 @@ ranks that saw it and the innermost project frame of the traceback holding the l
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
+
+import regex
 
 from autopsy.checks.common import group, line_rule, normalise_key, rank_phrase, where
 from autopsy.engine.types import CheckContext
-from autopsy.model import Finding
+from autopsy.model import Confidence, Finding
 from autopsy.parsers.types import Hit
 
 _WARNING_MARKERS = ("Warning:", "WARNING", "warnings.warn", "[W ")
+_SIGILL = regex.compile(r"Illegal instruction|illegal hardware instruction|signal 4: SIGILL")
 
 
 def _path_of(hit: Hit) -> str | None:
@@ -76,7 +80,9 @@ def env_import(ctx: CheckContext) -> Iterable[Finding]:
         out: dict[str, Any] = {}
         if module:
             out["package"] = module.split(".")[0]
-        if "undefined symbol" in hit.text or "numpy" in hit.text.lower() or "GLIBCXX" in hit.text:
+        if _SIGILL.search(hit.text):
+            out["kind"] = "cpu_instruction"
+        elif "undefined symbol" in hit.text or "numpy" in hit.text.lower() or "GLIBCXX" in hit.text:
             out["kind"] = "abi"
         elif "cannot open shared object file" in hit.text:
             out["kind"] = "missing_library"
@@ -88,7 +94,11 @@ def env_import(ctx: CheckContext) -> Iterable[Finding]:
 
     def message(hit: Hit, f: Mapping[str, Any], n: int) -> str:
         kind = f.get("kind")
-        if kind == "missing_module":
+        if kind == "cpu_instruction":
+            what = ("a compiled binary uses an instruction this CPU does not have: the process died of SIGILL "
+                    f"({hit.text.strip()[:120]!r}); a wheel or extension built for a newer CPU (AVX/AVX2) or for "
+                    "another architecture")
+        elif kind == "missing_module":
             what = f"module '{f.get('module')}' is not installed"
         elif kind == "missing_library":
             what = f"shared library {f.get('library')} cannot be found"
@@ -111,11 +121,14 @@ def env_import(ctx: CheckContext) -> Iterable[Finding]:
     def skip(hit: Hit) -> bool:
         return any(m in hit.text for m in _WARNING_MARKERS)
 
-    return line_rule(ctx, names=("module_not_found", "module_not_found_flattened", "cannot_import_name",
-                                 "undefined_symbol", "shared_object", "glibcxx", "numpy_abi", "cython_dtype_size",
-                                 "numpy_c_api_version",
-                                 "import_error"),
-                     message=message, facts=facts, key=key, skip=skip)
+    found = line_rule(ctx, names=("module_not_found", "module_not_found_flattened", "cannot_import_name",
+                                  "undefined_symbol", "shared_object", "glibcxx", "numpy_abi", "cython_dtype_size",
+                                  "numpy_c_api_version", "import_error", "sigill_zsh", "sigill_fatal", "sigill_shell"),
+                      message=message, facts=facts, key=key, skip=skip)
+    # SIGILL is nearly always a binary built for another CPU, but a program can also trap on purpose
+    # (an abort compiled to an illegal instruction): likely, not certain.
+    return [replace(f, confidence=Confidence.MEDIUM) if f.facts.get("kind") == "cpu_instruction" else f
+            for f in found]
 
 
 def env_cuda(ctx: CheckContext) -> Iterable[Finding]:

@@ -276,8 +276,10 @@ def nan_stop(ctx: CheckContext, names: Sequence[str], *, series_step: int | None
     if not hits:
         return []
     lead = hits[0]
+    jax_op = lead.groups.get("jax_op")
     facts: dict[str, object] = {"stopped_by": "keras TerminateOnNaN" if "Invalid loss" in lead.text
-                                else "tensorflow NanTensorHook", "line": lead.text.strip()[:300]}
+                                else "JAX debug_nans" if jax_op else "tensorflow NanTensorHook",
+                                "line": lead.text.strip()[:300]}
     for g in ("batch", "step"):
         value = lead.groups.get(g)
         if value is not None and value.isdigit():
@@ -286,7 +288,9 @@ def nan_stop(ctx: CheckContext, names: Sequence[str], *, series_step: int | None
     if step is not None:
         facts.setdefault("step", step)
     at = f" at step {facts['step']}" if "step" in facts else ""
-    msg = (f"The loss became NaN{at} and {facts['stopped_by']} stopped training ({lead.path}:{lead.lineno}): "
+    what = (f"A {lead.groups.get('value') or 'nan'} value came out of {jax_op}" if jax_op
+            else "The loss became NaN")
+    msg = (f"{what}{at} and {facts['stopped_by']} stopped training ({lead.path}:{lead.lineno}): "
            "lower the learning rate, check the inputs and labels for NaN/Inf, clip gradients.")
     ev = [Evidence(path=h.path, line=h.lineno, excerpt=h.text.strip()[:300], rank=h.rank) for h in hits[:3]]
     return [ctx.finding(msg, key="loss.nonfinite:stopped", facts=facts, evidence=ev, severity=Severity.CRITICAL,

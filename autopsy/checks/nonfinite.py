@@ -100,7 +100,7 @@ def nonfinite(ctx: CheckContext) -> Iterable[Finding]:
         others = [s for s in others if s.metric != LOSS]
     elif loss is not None:  # a copy of the training loss in another source repeats the same values
         others = [s for s in others if s.metric != LOSS or s.source == loss.source]
-    stop_names = ("tf_nan_loss", "keras_terminate_nan")  # the framework stopped on a NaN loss
+    stop_names = ("tf_nan_loss", "keras_terminate_nan", "jax_debug_nans")  # the framework stopped on a NaN loss
     if loss is None and gnorm is None and not others:
         stopped = nan_stop(ctx, stop_names)
         if collapse or stopped or any(ctx.hits.get(n) for n in SCALER_PATTERNS.labels):

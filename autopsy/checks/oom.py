@@ -210,7 +210,9 @@ _STRONG = {"kernel_oom_kill": "kernel", "cgroup_oom_kill": "cgroup", "slurm_oom_
            "numpy_alloc": "MemoryError", "bad_alloc": "std::bad_alloc", "bad_alloc_exception": "std::bad_alloc",
            "cpu_allocator": "torch CPU allocator",
            "errno_enomem": "ENOMEM", "lsf_memlimit": "LSF memory limit",
-           "k8s_evicted_memory": "Kubernetes eviction (node memory pressure)", "pbs_mem_killed": "PBS memory limit"}
+           "k8s_evicted_memory": "Kubernetes eviction (node memory pressure)", "pbs_mem_killed": "PBS memory limit",
+           "dotnet_oom": ".NET OutOfMemoryException", "jvm_oom": "Java OutOfMemoryError",
+           "lua_not_enough_memory": "Lua allocator (not enough memory)"}
 _WEAK = {"bare_killed": "Killed", "shell_killed": "Killed", "zsh_killed": "Killed", "exit_137": "exit code 137",
          "ide_sigkill": "exit code 137",
          "worker_killed": "DataLoader worker SIGKILL", "torchrun_sigkill": "SIGKILL", "spawn_sigkill": "SIGKILL",
@@ -251,7 +253,7 @@ def host(ctx: CheckContext) -> Iterable[Finding]:
         facts["source"] = "exit code" if codes else "SIGKILL"
     if lead is not None:
         for g in ("pid", "process", "anon_rss_kb", "total_vm_kb", "oom_events", "node", "task", "requested",
-                  "requested_unit", "requested_bytes", "command", "signal", "local_rank"):
+                  "requested_unit", "requested_bytes", "command", "signal", "local_rank", "jvm_pool"):
             value = group(lead, g)
             if value is not None:
                 facts[g] = int(value.replace(",", "")) if value.replace(",", "").isdigit() else value
