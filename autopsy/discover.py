@@ -45,6 +45,9 @@ _LOG_NAMES = frozenset({"nohup.out", "stdout", "stderr", "output", "log", "conso
 _NOT_LOG_TXT = re.compile(
     r"(?i)^(merges|vocab|requirements.*|license.*|readme.*|notice.*|spm|added_tokens|dict|labels)\.txt$"
 )
+# A training log committed as markdown (the console output in a fenced block): named as a log
+# ("log_cifar100.md", "log_output.md", "training_log.md", "README-logs.md"), not a changelog or docs.
+_MARKDOWN_LOG = re.compile(r"(?i)(?:^|[_\-.])(?:logs?|output|console|stdout)(?:[_\-.]|$)")
 _CONFIG_SUFFIXES = frozenset({".yaml", ".yml", ".json", ".toml", ".cfg", ".ini"})
 _NOT_CONFIG_JSON = frozenset({"vocab.json", "special_tokens_map.json", "added_tokens.json"})
 _LAUNCH_SUFFIXES = frozenset({".sh", ".sbatch", ".slurm", ".bash", ".qsub", ".pbs"})
@@ -181,7 +184,8 @@ def classify(rel_path: str, head: bytes | None) -> tuple[ArtifactKind, str | Non
         return ArtifactKind.CONFIG, None
     is_log_name = (
         suffix in _LOG_SUFFIXES and not _NOT_LOG_TXT.match(lower)
-    ) or lower in _LOG_NAMES or lower.startswith("slurm-") or _NUMBERED_LOG.search(lower) is not None
+    ) or lower in _LOG_NAMES or lower.startswith("slurm-") or _NUMBERED_LOG.search(lower) is not None \
+        or (suffix == ".md" and _MARKDOWN_LOG.search(lower[:-3]) is not None)
     if head is not None and looks_binary(head):
         if is_log_name:
             return ArtifactKind.OTHER, "binary"

@@ -22,13 +22,27 @@ DATA_TIME = "data_time"  # seconds per step spent waiting for data
 LOSS_SCALE = "loss_scale"
 EPOCH = "epoch"
 
+# The loss named by what it computes: log loss (XGBoost, LightGBM, CatBoost: "logloss", "binary_logloss",
+# "multi_logloss", "mlogloss", "log loss"), cross-entropy (OpenNMT "xent", Marian "cross-entropy",
+# "ce-mean-words").
+_LOSS_NAMES = r"(binary_|multi_|m)?logloss|log[ _]loss|xent|cross[_\- ]?entropy|ce[_\-]mean(?:[_\-]words)?"
+
 # Order matters: the first pattern that matches the (lower-cased, prefix-stripped) tag wins.
 _RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(p), name)
     for p, name in (
         (r"^(eval|val|valid|validation|test)[_/ ]?(loss|nll|ce)$", EVAL_LOSS),
         (r"^(eval|val|validation)_?bpb$", EVAL_LOSS),
+        # The loss under the names other toolkits give it, after an evaluation set's name: XGBoost
+        # "eval-logloss" / xgb.cv "cv-test-logloss", LightGBM "valid_0's binary_logloss", Marian
+        # "[valid] cross-entropy" / "ce-mean-words", AVSR "Val.Loss", fairseq-style "dev_loss".
+        (r"^(cv[_\-])?(eval|val|valid|validation|test|dev)(_\d+)?('s)?[_/ .\-]?(" + _LOSS_NAMES + r"|loss|nll)$",
+         EVAL_LOSS),
         (r"^(train[_/ ]?)?(loss|train_loss|total_loss|lm_loss|ce_loss|nll|loss_step|loss_epoch)$", LOSS),
+        # ... and after the training set's ("train-logloss", "training's multi_logloss", "Tr.Loss"),
+        # or alone (OpenNMT "xent", LightGBM's old CLI "log loss").
+        (r"^(cv[_\-])?((train|training|tr|trn)('s)?[_/ .\-]?)?(" + _LOSS_NAMES + r")$", LOSS),
+        (r"^(cv[_\-])?(train|training|tr|trn)('s)?[_/ .\-]?(loss|nll)$", LOSS),
         (r"^(train[_/ ]?)?smooth(ed)?[_ ]?loss$", LOSS),
         # Before LR: "lr_mult" / "lr_scale" would otherwise match LR's "lr_\w+" (per-group LRs).
         (r"^(train[_/ ]?)?lr[_ ]?(m|mult|multiplier|scale|factor)$", LR_MULTIPLIER),
@@ -63,13 +77,14 @@ def canonical_metric(tag: str) -> str | None:
 TRAIN, EVAL, VAL, TEST = "train", "eval", "val", "test"
 SPLITS = (TRAIN, EVAL, VAL, TEST)
 _SPLIT_WORDS = {
-    "train": TRAIN, "training": TRAIN, "trn": TRAIN,
+    "train": TRAIN, "training": TRAIN, "trn": TRAIN, "tr": TRAIN,  # AVSR "Tr.Loss"
     "eval": EVAL, "evaluation": EVAL, "evaluate": EVAL,
     "val": VAL, "valid": VAL, "validation": VAL, "validate": VAL, "dev": VAL,
     "test": TEST, "testing": TEST, "tst": TEST,
 }
 _WORDS = re.compile(r"[a-z]+")
-_CONTAINERS = frozenset({"metrics", "charts", "scalars", "epoch", "step", "iter", "loss", "mean", "avg"})
+# "cv": xgb.cv's fold mean ("cv-test-logloss")
+_CONTAINERS = frozenset({"metrics", "charts", "scalars", "epoch", "step", "iter", "loss", "mean", "avg", "cv"})
 
 
 @lru_cache(maxsize=4096)

@@ -39,6 +39,15 @@ TFEVENTS_HEAD = struct.pack("<Q", 24) + b"\0" * 4 + b"\x09" + b"\0" * 8 + b"\x1a
         ("exit_code", ArtifactKind.EXIT_CODE, None),
         ("merges.txt", ArtifactKind.OTHER, None),
         ("vocab.json", ArtifactKind.OTHER, None),
+        # training logs committed as markdown (gaggenwaschke/NoProp logs/log_cifar100.md,
+        # dhairyag/ImageNet1k_ResNet50 log_output.md); docs are not logs
+        ("logs/log_cifar100.md", ArtifactKind.LOG, None),
+        ("log_output.md", ArtifactKind.LOG, None),
+        ("README-logs.md", ArtifactKind.LOG, None),
+        ("README.md", ArtifactKind.OTHER, None),
+        ("CHANGELOG.md", ArtifactKind.OTHER, None),
+        ("summary_model.md", ArtifactKind.OTHER, None),
+        ("logging.md", ArtifactKind.OTHER, None),
     ],
 )
 def test_classify_by_name(path: str, kind: ArtifactKind, detail: str | None) -> None:

@@ -222,3 +222,96 @@ def test_digits_after_a_decimal_point_are_no_hash() -> None:
     assert got["loss"] == 2.4166030883789062 and got["entropy"] == 2.0733401775360107
     # a hex hash is still masked (a W&B run id in a path-less line)
     assert dict(pairs("run id 9cffb2d803c5d3afb1 loss: 0.5")) == {"loss": 0.5}
+
+
+# --------------------------------------------------------------------------- other toolkits (metrics/batch06)
+
+@pytest.mark.parametrize(("tag", "metric", "split"), [
+    ("train-logloss", "loss", "train"),  # XGBoost (dmlc/xgboost#213)
+    ("eval-logloss", "eval_loss", "eval"),  # XGBoost (dmlc/xgboost#2777)
+    ("cv-test-logloss", "eval_loss", "test"),  # xgb.cv (dmlc/xgboost#90)
+    ("valid_0's binary_logloss", "eval_loss", "val"),  # LightGBM (LightGBM#5940)
+    ("training's multi_logloss", "loss", "train"),  # LightGBM (scikit-learn-intelex#295)
+    ("training's log loss", "loss", "train"),  # LightGBM's old CLI (LightGBM#39)
+    ("xent", "loss", ""),  # OpenNMT-py (OpenNMT-py#1072)
+    ("val_cross-entropy", "eval_loss", "val"),  # Marian "[valid] ... cross-entropy" (marian#376)
+    ("Tr.Loss", "loss", "train"), ("Val.Loss", "eval_loss", "val"),  # deep_avsr#6
+    ("Training loss", "loss", "train"),  # DeepSpeech#238
+    # not losses
+    ("train-auc", None, "train"), ("valid_0's auc", None, "val"), ("ppl", None, ""), ("loss_scale", "loss_scale", ""),
+    ("Validation perplexity", None, "val"),
+])
+def test_loss_names_of_other_toolkits(tag: str, metric: str | None, split: str) -> None:
+    from autopsy.metrics import canonical_metric, split_of
+
+    assert (canonical_metric(tag), split_of(tag)) == (metric, split)
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("[43]\ttrain-logloss:-nan\ttrain-auc:0.874943\tvalid-logloss:0.332257",  # dmlc/xgboost#213
+     {"train-logloss": math.nan, "train-auc": 0.874943, "valid-logloss": 0.332257}),
+    ("[180]   cv-test-logloss:nan+nan cv-train-logloss:nan+nan",  # dmlc/xgboost#90: no key "nan cv-train-logloss"
+     {"cv-test-logloss": math.nan, "cv-train-logloss": math.nan}),
+    ("13129.7s | 202 | [365]\tvalid_0's auc: 0.610046\tvalid_0's binary_logloss: 0.180457",  # LightGBM#5940
+     {"valid_0's auc": 0.610046, "valid_0's binary_logloss": 0.180457}),
+])
+def test_pairs_possessive_keys_and_mean_std(text: str, want: dict[str, float]) -> None:
+    got = dict(pairs(text))
+    assert set(got) == set(want), got
+    assert all((math.isnan(v) and math.isnan(got[k])) or got[k] == v for k, v in want.items())
+
+
+@pytest.mark.parametrize(("text", "step"), [
+    ("[43]\ttrain-logloss:-nan\ttrain-auc:0.874943", 43),  # XGBoost
+    ("[500]\teval-logloss:0.41906\ttrain-logloss:0.160439", 500),
+    ("13129.7s | 202 | [365]\tvalid_0's auc: 0.610046", 365),  # LightGBM in a Kaggle log's cells
+    ("> [1]\ttraining's multi_logloss: 1.1164", 1),  # quoted in a PR comment
+    ("[400] steps_per_second=4.262, train_loss=6.9", 400),  # CLU logging_writer (google/flax#3364)
+    # not a round: a fraction, a bracket inside the line, a timestamp
+    ("[1/10] loss 3", None), ("x [3]\tloss 2", None), ("[2024-01-02 10:11:12] loss 3.0", None),
+])
+def test_a_leading_bracketed_round_is_the_step(text: str, step: int | None) -> None:
+    assert step_of(text).step == step
+
+
+@pytest.mark.parametrize(("lines", "mode"), [
+    # CatBoost (catboost#274) and WaveGlow (waveglow#38): "N:" counts iterations, it is no rank label
+    ([b"61:     learn 0.1211191019passed: 17.7 sec", b"62:     learn 0.1206035018passed: 17.7 sec",
+      b"63:     learn 0.1198204937passed: 17.6 sec"], lt.LABEL_NONE),
+    ([b"123873: -5.480178833", b"123874: -5.352289200", b"123875: -5.298225403"], lt.LABEL_NONE),
+    # srun --label: ranks repeat, or one rank, or each rank once in rank order
+    ([b"0: step 1", b"1: step 1", b"0: step 2", b"1: step 2"], lt.LABEL_SRUN),
+    ([b"0: loss 1.0"] * 5, lt.LABEL_SRUN),
+    ([b"0: start", b"1: start", b"2: start"], lt.LABEL_SRUN),
+    ([b"[0] a", b"[1] b", b"[0] c"], lt.LABEL_BRACKET),
+])
+def test_an_iteration_counter_is_not_a_rank_label(lines: list[bytes], mode: int) -> None:
+    assert lt.detect_label_mode(lines) == mode
+
+
+def test_catboost_and_darknet_lines_through_the_scanner() -> None:
+    catboost = "".join(f"{i}:     learn {v}passed: 17.7 sec      total: 20m 56s  remaining: 12m 50s\n"
+                       for i, v in ((61, "0.1211191019"), (62, "0.1206035018"), (65, "nan")))
+    s = _series(catboost)
+    assert [st for st, _ in s["loss"]] == [61, 62, 65] and math.isnan(s["loss"][2][1])
+    darknet = (" 74: -nan, -nan avg loss, 0.000100 rate, 39.074849 seconds, 1776 images\n"
+               "Loaded: 0.000095 seconds\n"
+               "Region Avg IOU: nan, Class: nan, Obj: nan, No Obj: nan, Avg Recall: 0.000000,  count: 2\n"
+               " 75: -nan, -nan avg loss, 0.000100 rate, 40.009583 seconds, 1800 images\n")
+    s = _series(darknet)
+    assert [st for st, _ in s["loss"]] == [74, 75] and all(math.isnan(v) for _, v in s["avg_loss"])
+    assert s["lr"][0][1] == 0.0001
+
+
+def test_a_line_naming_a_splits_loss_is_read_without_a_step() -> None:
+    # mozilla/DeepSpeech#238: one report line per epoch, no step on it
+    s = _series("2016-11-25 17:41:55 STARTING Epoch 0009\n2016-11-25 18:29:38 Training loss=inf avg_cer=0.377731130 "
+                "WER: 0.828431\n")
+    assert math.isinf(s["Training loss"][0][1])
+    # not: a loaded checkpoint's metadata (history), a dict line (fairseq's JSON epoch stats are the dict readers')
+    assert not _series("2026-05-09 11:39:17 | INFO | [Checkpoint] Loaded <- C:\\Users\\x\\vgg16_best_model.pth  "
+                       "(epoch=20, val_loss=1.0521)\n")
+    reader = MetricReader()
+    assert reader.read('2021-01-05 21:54:56 | INFO | train | {"epoch": 21, "train_loss": "816.933", '
+                       '"train_num_updates": "643"}') is None
+

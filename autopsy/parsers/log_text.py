@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import calendar
+import itertools
 import re
 from collections.abc import Iterable
 
@@ -145,13 +146,19 @@ def detect_label_mode(lines: list[bytes]) -> int:
     nonempty = [ln for ln in lines if ln.strip()][:200]
     if len(nonempty) < 3:
         return LABEL_NONE
-    srun = sum(1 for ln in nonempty if _LABEL.match(decode(ln[:16])))
-    if srun >= 0.8 * len(nonempty):
-        return LABEL_SRUN
-    brk = sum(1 for ln in nonempty if _BRACKET_LABEL.match(decode(ln[:16])))
-    if brk >= 0.8 * len(nonempty):
-        return LABEL_BRACKET
+    for mode, label in ((LABEL_SRUN, _LABEL), (LABEL_BRACKET, _BRACKET_LABEL)):
+        got = [m for m in (label.match(decode(ln[:16])) for ln in nonempty) if m is not None]
+        if len(got) >= 0.8 * len(nonempty):
+            return LABEL_NONE if _counter([int(m.group(1)) for m in got]) else mode
     return LABEL_NONE
+
+
+def _counter(labels: list[int]) -> bool:
+    """Labels that rise on every line are an iteration counter (CatBoost "61:     learn ...", WaveGlow
+    "123873: -5.48"), not ranks: ranks repeat ("0: ", "1: ", "0: ") or stay put (one rank). A job whose
+    ranks print one line each in rank order starts at rank 0 and has few of them."""
+    rising = all(b > a for a, b in itertools.pairwise(labels))
+    return len(labels) >= 3 and rising and (labels[0] > 0 or len(labels) > 32)
 
 
 def cap(text: str) -> str:

@@ -12,8 +12,9 @@ Two layers (DESIGN.md, "Reading the open world"):
   metrics (:func:`metric_like`): a style nobody listed is read as a series family. Each kept
   template gives the scanner one anchor (its longest metric-like key).
 
-Besides those, a line with a step axis (``step``/``iter``/``epoch``...) or a stated split
-(``Validation:``, ``Test set:``) and a metric-like key is read once. A line that looks like
+Besides those, a line with a step axis (``step``/``iter``/``epoch``..., a leading ``[N]`` round)
+or a stated split (``Validation:``, ``Test set:``, a key naming a split's loss: ``Training loss=``)
+and a metric-like key is read once. A line that looks like
 a configuration dump (several ``key=text`` settings, ``Namespace(``) never is, and neither are
 timestamps, versions, paths or progress-bar counters (masked by :mod:`metric_values`).
 """
@@ -24,7 +25,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from autopsy.metrics import DATA_TIME, STEP_TIME, canonical_metric, split_of
+from autopsy.metrics import DATA_TIME, EVAL_LOSS, LOSS, STEP_TIME, canonical_metric, split_of
 from autopsy.parsers.metric_styles import Style, styles
 from autopsy.parsers.metric_values import (
     _BARE,
@@ -65,6 +66,13 @@ _NUMBERS = re.compile(r"(?<![A-Za-z_])" + _BARE + r"(?![A-Za-z_])")
 _OBJECTS = frozenset({"scaler", "scheduler", "optimizer", "id", "idx", "index", "group", "rank", "fn", "function"})
 _RANK_LABEL = re.compile(r"^(?:\[#\]|#:)\s+")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# A checkpoint loaded back states the epoch and loss it was saved at ("[Checkpoint] Loaded <- best_model.pth
+# (epoch=20, val_loss=1.0521)", printed after training to evaluate the best model): history, not a step.
+_RELOAD = re.compile(r"(?i)\b(?:(?:re)?loaded|restored|loading|restoring)\b.{0,200}?(?:checkpoint|ckpt|weights|model)")
+# A split's loss named on a line that states no step ("Training loss=inf avg_cer=0.37", "Test loss: 0.31"):
+# the scanner hands such lines over even when no template or style knows them (see _split_loss).
+SPLIT_LOSS_ANCHORS = (b"rain loss", b"raining loss", b"alidation loss", b"alid loss", b"val loss", b"val_loss",
+                      b"eval loss", b"eval_loss", b"est loss", b"test_loss")
 
 
 @lru_cache(maxsize=4096)  # a log repeats its keys on every line
@@ -183,7 +191,7 @@ class MetricReader:
 
     def anchors(self) -> list[bytes]:
         """Literals whose lines the scanner must hand to :meth:`read`."""
-        out = {a.encode() for s in self.enabled for a in s.anchors}
+        out = {a.encode() for s in self.enabled for a in s.anchors} | set(SPLIT_LOSS_ANCHORS)
         for keys in self.templates.values():
             out.add(max(keys, key=len).encode())
         return sorted(out)
@@ -271,7 +279,11 @@ class MetricReader:
                                       step, step_total)
         elif style.axis != "order":
             step = epoch
-        values = [(k, v) for k, v in pairs(body) if not is_step_key(k)]
+        values = [(k, v) for k, v in pairs(body) if not is_step_key(k)] if style.reads_pairs else []
+        for group in style.value_groups:  # values printed before their names, or glued to the next word
+            v = to_float(g[group]) if group in g else None
+            if v is not None:
+                values.append((group[2:], v))
         if not values:
             return None
         if epoch is not None and split in ("", "train"):
@@ -345,17 +357,18 @@ class MetricReader:
     def _generic(self, text: str) -> Reading | None:
         if not any(c.isdigit() for c in text) and "nan" not in text.lower() and "inf" not in text.lower():
             return None
-        if config_like(text):
+        if config_like(text) or (("oad" in text or "estor" in text) and _RELOAD.search(text)):
             return None
         learnt = self.templates.get(template(text)) if self.templates else None
         pos = step_of(text)
         split = split_word(text)
         found = [(k, v) for k, v in pairs(text)
                  if not is_step_key(k) and not _ends_in_step_word(k) and metric_like(k) and not timing_key(k)]
-        if learnt is None and (pos.step is None and pos.epoch is None and not split):
-            return None
         if not found:
             return None
+        if learnt is None and pos.step is None and pos.epoch is None and not split \
+                and ("{" in text or not any(_split_loss(k) for k, _ in found)):
+            return None  # (a dict's keys are the dict readers' to judge: fairseq's JSON epoch stats)
         if pos.epoch_total:
             self.epoch_total = max(self.epoch_total or 0, pos.epoch_total)
         step, step_total = self._place(pos.epoch, pos.epoch_total or self.epoch_total, pos.step, pos.step_total)
@@ -373,6 +386,13 @@ _SPLITS = {"train": "train", "training": "train", "val": "val", "valid": "val", 
 
 def _split_name(word: str) -> str:
     return _SPLITS.get(word.lower(), "") if word else ""
+
+
+@lru_cache(maxsize=4096)
+def _split_loss(key: str) -> bool:
+    """A key naming the loss of a split ("Training loss", "val_loss", "eval-logloss"): a line stating it
+    is read even without a step (DeepSpeech's one-line epoch report "Training loss=inf avg_cer=...")."""
+    return split_of(key) != "" and canonical_metric(key) in (LOSS, EVAL_LOSS)
 
 
 def _ends_in_step_word(key: str) -> bool:

@@ -37,6 +37,18 @@ class Style:
     row: re.Pattern[str] | None = None
     samples: tuple[dict[str, Any], ...] = field(default=(), compare=False)
 
+    @property
+    def value_groups(self) -> tuple[str, ...]:
+        """``v_<tag>`` groups of ``match``: one value each, named by the style, for lines whose values
+        come before their names (darknet "0.52, 0.61 avg loss, 0.001 rate") or are glued to the next
+        word (CatBoost's old "learn 0.1211191019passed:")."""
+        return tuple(n for n in (self.match.groupindex if self.match is not None else ()) if n.startswith("v_"))
+
+    @property
+    def reads_pairs(self) -> bool:
+        """A style with value groups reads no ``key value`` pairs unless it names a ``body``."""
+        return not self.value_groups or "body" in (self.match.groupindex if self.match is not None else {})
+
 
 def _compile(name: str, spec: dict[str, Any], key: str) -> re.Pattern[str] | None:
     raw = spec.get(key)

@@ -44,9 +44,11 @@ _MASKS = re.compile(
 )
 # key [sep] value. A key is an identifier (with ./- inside) or up to three words; the separator
 # is ":", "=", " = " or whitespace (Megatron "lm loss: ", fairseq "| loss 7.2 |").
+# A key word may be possessive (LightGBM "valid_0's binary_logloss", "training's auc"); no key word is a
+# non-finite value (xgb.cv "logloss:nan+nan cv-train-logloss:nan" is two pairs, not a key "nan cv-...").
 _PAIR = re.compile(
-    r"(?<![\w.])(?P<k>[A-Za-z_][\w./\-]*(?:\[[\w/]+\])?"
-    r"(?:[ ](?!(?:nan|NaN|NAN|inf|Inf|INF)\b)[A-Za-z_][\w./\-]*){0,3})['\"]?"
+    r"(?<![\w.])(?!(?:nan|NaN|NAN|inf|Inf|INF)\b)(?P<k>[A-Za-z_][\w./\-]*(?:'s)?(?:\[[\w/]+\])?"
+    r"(?:[ ](?!(?:nan|NaN|NAN|inf|Inf|INF)\b)[A-Za-z_][\w./\-]*(?:'s)?){0,3})['\"]?"
     r"(?:\s*\((?P<kunit>ms|s|sec|%)\))?(?:\s*[:=]\s*|\s+)"  # not \s*(?:[:=]|\s)\s*: quadratic on long blanks
     + NUM + r"(?P<unit>ms|us|µs|min|s|%)?" + _END
 )
@@ -61,6 +63,13 @@ _POSITION = re.compile(
     r"(?i)(?<![\w/])(?P<w>global[_ ]step|step|iter(?:ation)?|it|batch|epoch|ep|update)\b\s*[:=#]?\s*"
     r"\[?\s*(?P<n>\d{1,12})\s*(?:/\s*(?P<t>\d{1,12})\s*)?\]?(?![\d.])"
 )
+
+
+# A boosting round or logging index in brackets opening the line, before a tab or a key: XGBoost
+# "[43]\ttrain-logloss:0.33", LightGBM "[365]\tvalid_0's auc: 0.61", CLU "[400] steps_per_second=".
+# Also inside a quoted or table-cell line ("> [1]\t...", "13129.7s | 202 | [365]\t..."). A launcher's
+# "[3] " rank label is stripped before the reader sees the line (log_text.clean).
+_ROUND = re.compile(r"(?:^|[|>])\s*\[(?P<n>\d{1,9})\](?:\t|[ ]+(?=[A-Za-z_][\w.\-']*\s*[:=]))")
 
 
 @dataclass(frozen=True)
@@ -176,6 +185,10 @@ def step_of(text: str) -> Position:
                 epoch, epoch_total = n, t
         elif step is None:
             step, step_total = n, t
+    if step is None and "[" in masked:
+        r = _ROUND.search(masked)
+        if r is not None:
+            step = int(r.group("n"))
     return Position(step, step_total, epoch, epoch_total)
 
 
