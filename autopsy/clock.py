@@ -62,10 +62,10 @@ TZ_SLACK_S = 14 * 3600.0
 # Termination lines (scheduler, launcher, shell) that end a log of a process that was stopped.
 TERMINATION_LINE = regex.compile(
     r"DUE TO TIME LIMIT|DUE TO PREEMPTION|CANCELLED AT \S+"  # slurmstepd
-    r"|Received (?:Signals\.)?SIG(?:TERM|INT)|Received (?:15|2) death signal"  # torchrun elastic agent
+    r"|Received (?:Signals\.)?SIG(?:TERM|INT|HUP|QUIT)|Received (?:15|2|1|3) death signal"  # torchrun elastic agent
     r"|Received SIGTERM: 15"  # PyTorch Lightning signal connector
     r"|Detected KeyboardInterrupt, attempting graceful shutdown"  # PyTorch Lightning caught Ctrl-C
-    r"|got signal: (?:15|2)\b"  # torchrun SignalException
+    r"|got signal: (?:15|2|1)\b"  # torchrun SignalException (SIGTERM, SIGINT, SIGHUP)
     r"|\b\d+ Terminated\s"  # bash job control: "12345 Terminated   python train.py"
     r"|^zsh: terminated\s|^\[\d+\][ +-]+\d+ terminated\s"  # zsh job control
     r"|interrupted by signal (?:15|2)[:：]"  # PyCharm: "exit code 143 (interrupted by signal 15: SIGTERM)"
@@ -79,7 +79,9 @@ TERMINATION_LINE = regex.compile(
 ERROR_LINE = regex.compile(
     r"^(?:[\w.]+\.)?\w*(?:Error|Exception)\b:|Segmentation fault|Fatal Python error|core dumped"
     r"|^Killed\s*$|No space left on device|out of memory|Traceback \(most recent call last\)"
-    r"|^zsh: (?:killed|segmentation fault)\s|^\[\d+\][ +-]+\d+ (?:killed|segmentation fault)\s"  # zsh
+    r"|zsh: (?:killed|segmentation fault|bus error|abort)\s"  # zsh, for a foreground job (glued to a bar too)
+    r"|^\[\d+\][ +-]+\d+ (?:killed|segmentation fault|bus error|abort)\s"  # zsh job report
+    r"|\bAbort trap: 6"  # bash on macOS (SIGABRT)
     r"|0xC0000005|-1073741819|3221225477|0xC00000FD|-1073741571|TERM_MEMLIMIT|PBS: job killed: p?v?mem"
     r"|(?i:0xC0000409|0xC0000094|0xC000001D)|-1073740791|3221226505|-1073741676|3221225620"  # fail-fast, /0, SIGILL
 )

@@ -15,7 +15,7 @@ import numpy as np
 import regex
 
 from autopsy.checks.checkpoint_load import load_failures
-from autopsy.checks.run_state import end_signals, epoch_progress_time
+from autopsy.checks.run_state import end_signals, epoch_progress_time, trained_after
 from autopsy.checks.series import cite, config_entry, config_evidence, config_float, median_cadence, rounded
 from autopsy.engine.types import CheckContext, NotEvaluated
 from autopsy.model import Confidence, Evidence, Finding, Severity
@@ -302,7 +302,9 @@ def gap(ctx: CheckContext) -> Iterable[Finding]:
         raise NotEvaluated("no training step found in any artifact")
     if planned is not None and last >= planned:
         return []  # it finished: a traceback printed on the way was survived
-    signals = end_signals(run)
+    # (a line training went on after did not end the run: "Killed" of a checkpoint converter, a caught error)
+    signals = [s for s in end_signals(run) if not (s.kind in ("termination", "error_line")
+                                                   and trained_after(run, s.evidence.path, s.evidence.line))]
     stopped_short = planned is not None and last < planned and _inactive(run, ctx)
     if not signals and not stopped_short:
         return []  # finished, or still running: nothing was lost

@@ -52,16 +52,20 @@ _NT_CODES = ((_NT_STACK_OVERFLOW, "stack overflow"), (_NT_HEAP, "heap corruption
              (_NT_FAIL_FAST, "fail-fast"), (_NT_DIVIDE, "divide by zero"), (_NT_ILLEGAL, "SIGILL"))
 
 
+# zsh's word for SIGABRT, as a job report or for a foreground job ("zsh: abort      python train.py")
+_SHELL_ABORT = regex.compile(r"(?:\d |zsh: )abort\b")
+
+
 def _signal_of(text: str) -> str:
     t = text
     for codes, name in _NT_CODES:
         if any(c in t for c in codes):
             return name
-    if "SIGBUS" in t or "Bus error" in t or "signal 7" in t or "-7)" in t or "return code = -7" in t:
+    if any(m in t for m in ("SIGBUS", "Bus error", "bus error", "signal 7", "-7)", "return code = -7")):
         return "SIGBUS"
     if "SIGILL" in t or "signal 4" in t:
         return "SIGILL"
-    if "Fatal Python error: Aborted" in t:
+    if "Fatal Python error: Aborted" in t or "Abort trap" in t or _SHELL_ABORT.search(t):
         return "SIGABRT"
     if "Fatal Python error" in t and "Segmentation fault" not in t and "Bus error" not in t:
         return "fatal"
@@ -111,7 +115,8 @@ def segfault(ctx: CheckContext) -> Iterable[Finding]:
         return any(m in hit.text for m in _WORKER_MARKERS)
 
     return line_rule(ctx, names=("fatal_python", "windows_fatal", "segfault", "segfault_zsh", "bus_error",
-                                 "signal_line", "caught_signal", "exit_139", "windows_exit_code",
+                                 "bus_error_zsh", "abort_shell", "signal_line", "caught_signal", "exit_139",
+                                 "windows_exit_code",
                                  "dotnet_access_violation", "elastic_exitcode", "deepspeed_signal_exit"),
                      message=message, facts=facts, key=key, skip=skip)
 

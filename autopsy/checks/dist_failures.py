@@ -213,6 +213,19 @@ def rank_failure(ctx: CheckContext) -> Iterable[Finding]:
         if logs:
             facts["rank_logs"] = logs
     facts = {k: v for k, v in facts.items() if v is not None}
+    operator = next((h for h in hits if group(h, "replica_type")), None) if not failures else None
+    if operator is not None:
+        # a Kubernetes operator's job condition: it names the replicas that failed, not their exit or signal
+        for g in ("job_kind", "job_name", "replica_type"):
+            facts[g] = group(operator, g)
+        facts["failed_replicas"] = group_int(operator, "failed_replicas")
+        facts = {k: v for k, v in facts.items() if v is not None}
+        count = f"{facts['failed_replicas']} " if "failed_replicas" in facts else ""
+        msg = (f"{count}{facts['replica_type']} replica(s) of {facts['job_kind']} {facts['job_name']} failed and the "
+               f"Kubeflow operator failed the whole job ({where(operator)}); the replica's own log (kubectl logs "
+               f"--previous) or its pod's last state says why it died.")
+        return [ctx.finding(msg, key=f"rank_failure:{facts['replica_type']}", facts=facts, evidence=evidence,
+                            step=operator.step, wall_time=operator.wall_time)]
     meaning = _exit_meaning(facts.get("exitcode"), facts.get("signal"))
     who = f"Rank {rank}" if rank is not None else "A rank"
     code = f" with exit code {facts['exitcode']}" if "exitcode" in facts else ""

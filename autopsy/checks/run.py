@@ -303,6 +303,7 @@ _KIND_BY_PATTERN = {
     "keyboard_interrupt": "interrupted (SIGINT)",
     "lightning_graceful_shutdown": "interrupted (SIGINT)",
     "torchrun_sigint": "interrupted (SIGINT)",
+    "torchrun_sighup": "SIGHUP, the hangup sent when the terminal or session that started it closed",
     "lsf_time_limit": "scheduler time limit",
     "pbs_walltime": "scheduler time limit",
     "sge_wallclock": "scheduler time limit",
@@ -314,6 +315,10 @@ _KIND_BY_PATTERN = {
 def _termination_kind(name: str, hit: Hit) -> str:
     if name == "ide_sigterm" and hit.groups.get("signal") == "SIGINT":
         return "interrupted (SIGINT)"
+    if name == "signal_exception" and hit.groups.get("signal") == "1":
+        return _KIND_BY_PATTERN["torchrun_sighup"]
+    if name == "torchrun_sighup" and (hit.groups.get("signal") == "QUIT" or hit.groups.get("signal_number") == "3"):
+        return "SIGQUIT"
     return _KIND_BY_PATTERN.get(name, "SIGTERM")
 
 

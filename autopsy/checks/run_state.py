@@ -18,6 +18,7 @@ import regex
 from autopsy.checks.hang import ctrl_c_marked
 from autopsy.clock import ERROR_LINE, TERMINATION_LINE
 from autopsy.model import ArtifactKind, Evidence
+from autopsy.parsers.log_store import MAX_STEP, SeriesStore
 from autopsy.parsers.types import LogScan
 from autopsy.run import Run
 
@@ -94,6 +95,31 @@ def end_signals(run: Run) -> list[Signal]:
                 out.append(Signal("error_line", line.strip()[:300], _tail_evidence(scan, lineno, line),
                                   line.lstrip().startswith("^C") or (scan.path, lineno) in stop_heads))
     return out
+
+
+def trained_after(run: Run, path: str | None, line: int | None) -> bool:
+    """True when the log ``path`` logged a training step past the one reached at ``line``, on a later line.
+
+    A kill or error line that training went on after did not end the run: the process it names was a
+    helper (a checkpoint converter, an evaluation subprocess), or the error was caught.
+    """
+    if path is None or line is None:
+        return False
+    scan = next((s for s in run.logs if s.path == path), None)
+    if scan is None or scan.last_step is None or not len(scan.series):
+        return False
+    series = scan.series
+    # (a SeriesStore keeps its columns as arrays, a step-less point as a sentinel below -MAX_STEP; a plain
+    # list of points is read point by point)
+    if isinstance(series, SeriesStore):
+        steps = np.asarray(series.step, dtype=np.int64)
+        lines = np.asarray(series.lineno, dtype=np.int64)
+    else:
+        steps = np.asarray([p.step if p.step is not None else -MAX_STEP for p in series], dtype=np.int64)
+        lines = np.asarray([p.lineno for p in series], dtype=np.int64)
+    known = steps > -MAX_STEP
+    before, after = steps[known & (lines <= line)], steps[known & (lines > line)]
+    return bool(len(after)) and (not len(before) or int(after.max()) > int(before.max()))
 
 
 def exited_cleanly(run: Run) -> bool:
