@@ -214,7 +214,28 @@ def _annotate_loss(ev: dict[str, Any], loss: Series | None, ctx: CheckContext) -
 
 
 def plateau(ctx: CheckContext) -> Iterable[Finding]:
-    """A loss that stopped improving without having learned much, or that sits at chance level."""
+    """A loss that stopped improving without having learned much, or that sits at chance level; on
+    any length of series, a frozen or saturated loss and one that never improved from its first
+    point (:mod:`autopsy.checks.plateau_short`)."""
+    from autopsy.checks.plateau_short import short_plateau
+
+    train = load_series(ctx.run, "loss")
+    too_short = train is None or len(train.finite()) < int(ctx.param("min_points"))
+    try:
+        found = _long_plateau(ctx)
+    except NotEvaluated as e:
+        short = short_plateau(ctx, train_too_short=too_short)
+        if short:
+            return short
+        raise NotEvaluated(f"{e}; no loss-like series is frozen or saturated, and none logged from the run's "
+                           "start never improved") from None
+    return found or short_plateau(ctx, train_too_short=too_short)
+
+
+def _long_plateau(ctx: CheckContext) -> list[Finding]:
+    """The trend test on one long loss series (``min_points``+): stuck or at chance."""
+    from autopsy.checks.plateau_short import pretrained_entry
+
     run = ctx.run
     s = load_series(run, "loss") or load_series(run, "eval_loss")
     if s is None:
@@ -273,7 +294,9 @@ def plateau(ctx: CheckContext) -> Iterable[Finding]:
     if not flat:
         return []
     learned = drop_fraction >= float(ctx.param("min_drop_fraction"))
-    below_chance = chance is not None and final < chance * (1 - float(ctx.param("chance_relative_tolerance")))
+    # Past the unigram level (about 0.7 ln V for text) a loss below this share of ln(V) learned more than
+    # the token frequencies: a converged run, even when its first logged point was already that low.
+    below_chance = chance is not None and final < chance * float(ctx.param("converged_chance_fraction"))
     if learned or (below_chance and drop_fraction > 0):
         return []  # a converged run: it learned first, then flattened
     mid = mid_run_start(run, s)
@@ -282,6 +305,11 @@ def plateau(ctx: CheckContext) -> Iterable[Finding]:
         # late in the run (the last 32 KB of a log) has no start to compare with.
         raise NotEvaluated(f"the loss series starts mid-run ({mid}): its first points are not the run's initial "
                            "loss, so a flat end says nothing about whether the run learned")
+    pretrained = pretrained_entry(ctx) if chance is None else None
+    if pretrained is not None:
+        # A fine-tune starts near its converged loss: "barely moved since the start" is expected there.
+        raise NotEvaluated(f"the run fine-tunes a pretrained model ({pretrained}) and no vocabulary or class "
+                           "count gives a chance level: a loss that barely moves from a low start is expected")
     facts["mode"] = "stuck"
     chance_txt = f" (ln(V) = {chance:.4g})" if chance is not None else ""
     msg = (f"The loss stopped improving: {final:.4g} at the end vs {initial:.4g} at the start "
@@ -306,15 +334,22 @@ def mid_run_start(run: Run, s: Series) -> str | None:
     if not s.synthetic_steps and first > 10 and first > 0.1 * last:
         return f"its first logged step is {first} of {last}"
     ep = load_series(run, "epoch")
-    if ep is not None and ep.path == s.path and len(ep) and float(ep.values[0]) >= 1.0:
-        return f"its log's first epoch value is {float(ep.values[0]):g}"
+    if ep is not None and ep.path == s.path and len(ep):
+        # The epoch when the series begins: an evaluation loss is first computed at the end of epoch 1,
+        # so only an epoch past that says the series starts mid-run; a training loss starts within epoch 0.
+        at = float(ep.values[min(int(np.searchsorted(ep.steps, s.steps[0])), len(ep) - 1)])
+        if at > 1.0 or (at >= 1.0 and s.metric != "eval_loss"):
+            return f"its log's epoch is {at:g} at its first point"
     for scan in run.logs:
         if scan.path != s.path:
             continue
-        for line in scan.head:
+        for line in scan.head:  # the first epoch counter of the log says where it starts
             m = _EPOCH_OF.search(line)
-            if m and 2 <= int(m.group(1)) <= int(m.group(2)) and int(m.group(2)) > 2:
+            if m is None:
+                continue
+            if 2 <= int(m.group(1)) <= int(m.group(2)) and int(m.group(2)) > 2:
                 return f"the first lines of {scan.path} are in epoch {m.group(1)}/{m.group(2)}"
+            break
     return None
 
 

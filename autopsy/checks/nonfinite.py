@@ -20,7 +20,8 @@ from autopsy.checks.loss_scale import ScalerPatterns, nan_stop, scale_collapse
 from autopsy.checks.series import Series, _frame_to_series, fmt_value, load_series, rounded
 from autopsy.engine.types import CheckContext, NotEvaluated
 from autopsy.metrics import EVAL_LOSS, LOSS, LOSS_SCALE
-from autopsy.model import Finding, Severity
+from autopsy.model import Confidence, Evidence, Finding, Severity
+from autopsy.parsers.types import Hit
 from autopsy.run import Run
 
 # The card's fp16 loss-scaler lines, by what each means (see autopsy.checks.loss_scale).
@@ -103,8 +104,9 @@ def nonfinite(ctx: CheckContext) -> Iterable[Finding]:
     stop_names = ("tf_nan_loss", "keras_terminate_nan", "jax_debug_nans")  # the framework stopped on a NaN loss
     if loss is None and gnorm is None and not others:
         stopped = nan_stop(ctx, stop_names)
-        if collapse or stopped or any(ctx.hits.get(n) for n in SCALER_PATTERNS.labels):
-            return [*collapse, *stopped]  # the scaler's / the framework's lines were read: evaluated
+        lines = nan_lines(ctx) if not stopped else []
+        if collapse or stopped or lines or any(ctx.hits.get(n) for n in SCALER_PATTERNS.labels):
+            return [*collapse, *stopped, *lines]  # the scaler's / the framework's / the loss lines were read
         raise NotEvaluated(_missing(run))
     loss_ok = loss is None or bool(np.isfinite(loss.values).all())
     out: list[Finding] = list(collapse)
@@ -130,8 +132,70 @@ def nonfinite(ctx: CheckContext) -> Iterable[Finding]:
         if f is not None:
             out.append(f)
     first_bad = [f.step for f in out[len(collapse):] if f.step is not None]  # the series' findings
-    out.extend(nan_stop(ctx, stop_names, series_step=min(first_bad) if first_bad else None))
+    stopped = nan_stop(ctx, stop_names, series_step=min(first_bad) if first_bad else None)
+    if len(out) == len(collapse) and not stopped:  # no series holds a non-finite point
+        out.extend(nan_lines(ctx))
+    out.extend(stopped)
     return out
+
+
+# The whole key around a nan_loss_line match: "val/mask_loss", "'eval_test_loss'", "-----loss-----".
+_KEY_BEFORE = re.compile(r"[\w/.-]*$")
+_KEY_AFTER = re.compile(r"[\w/.-]*")
+_INIT_INF = re.compile(r"best|min|lowest|prev|old|init")
+
+
+def nan_lines(ctx: CheckContext) -> list[Finding]:
+    """Lines printing a loss-named value as NaN/Inf (the card's ``nan_loss_line``) that no series holds.
+
+    The metric reader takes no series from a one-off line (a single progress-bar frame, one eval
+    dict quoted in a thread, a ``tensor(nan, device=...)`` print): a person reading it sees a NaN loss,
+    so the rule reports it, with medium confidence (whether later steps were finite again is not
+    known from a line). Loss-scale / weight keys are not losses, and a best/min loss printed as
+    ``inf`` is the initial value of a running minimum, not a measurement. A key of which a series was
+    read from the same file is left to that series' judgement (a NaN line the series kept or replaced)."""
+    found: list[tuple[Hit, str, str]] = []  # (line, key, value), the first key of each line
+    keys: list[str] = []
+    df = ctx.run.scalars
+    read = set() if df.empty else {(str(p), str(t).lower()) for p, t in
+                                    df[["path", "tag"]].drop_duplicates().itertuples(index=False)}
+    for hit in ctx.hits.get("nan_loss_line", ()):
+        first = True
+        for m in _NAN_LOSS.finditer(hit.text):
+            key = (_KEY_BEFORE.search(hit.text[:m.start()]).group(0)  # type: ignore[union-attr]
+                   + m.group("word") + _KEY_AFTER.match(hit.text, m.end("word")).group(0))  # type: ignore[union-attr]
+            key = key.strip("-_./'\"")
+            value = m.group("value").lower()
+            if _NOT_LOSS.search(key.lower()) or ("inf" in value and _INIT_INF.search(key.lower())):
+                continue
+            if (hit.path, key.lower()) in read:
+                continue  # a series of this key was read from this file: the series' judgement stands
+            keys.append(key)
+            if first:
+                found.append((hit, key, value))
+                first = False
+    if not found:
+        return []
+    hit, key, value = found[0]
+    keys = _unique(keys)
+    files = _unique(h.path for h, _, _ in found)
+    value = "nan" if "nan" in value else ("-inf" if value.startswith("-") else "inf")
+    facts: dict[str, object] = {"tag": key, "first_value": value, "path": hit.path, "line": hit.lineno,
+                                "n_lines": len(found), "keys": keys[:20], "from_lines": True}
+    if hit.step is not None:
+        facts["first_step"] = hit.step
+    more = (f" ({len(found)} line(s) in {', '.join(files[:3])}; keys {', '.join(keys[:5])})"
+            if len(found) > 1 or len(keys) > 1 else "")
+    msg = (f"{key} is printed as {value} at {hit.path}:{hit.lineno}{more}; no metric series holds these lines, "
+           "so whether later steps were finite again is not known from them.")
+    ev = [Evidence(path=h.path, line=h.lineno, excerpt=h.text.strip()[:300], rank=h.rank) for h, _, _ in found[:3]]
+    return [ctx.finding(msg, key="loss.nonfinite:line", facts=facts, evidence=ev, confidence=Confidence.MEDIUM,
+                        step=hit.step, wall_time=hit.wall_time)]
+
+
+# The card's nan_loss_line regex, re-run on a hit's line to find where the key is (same shape).
+_NAN_LOSS = re.compile(r"(?i)(?<![a-z])(?P<word>loss|nll)(?![a-z])[\w/.-]{0,40}['\"]?\s{0,8}[:=]\s{0,8}"
+                       r"(?:tensor\()?(?P<value>[-+]?(?:nan|inf(?:inity)?))(?![a-z])")
 
 
 def _judge(ctx: CheckContext, s: Series, *, key: str, loss_ok: bool, also: list[str] | None = None) -> Finding | None:

@@ -1,0 +1,226 @@
+"""loss.plateau on what a short excerpt shows: a frozen loss, a saturated loss, a loss that never improved.
+
+The long-series test in :mod:`autopsy.checks.loss` needs ``min_points`` training-loss points and
+a window to fit a trend on. A person reading a handful of logged points still sees three
+things, and each has a test whose evidence does not depend on the series being long:
+
+* **frozen**: a loss-like series (training, evaluation or a component loss) whose last
+  ``frozen_min_points`` or more points are the same printed value (equal within
+  ``frozen_rel_tolerance``, a float's rounding), the value carrying at least
+  ``frozen_min_digits`` significant digits, or exactly 0). Mini-batch noise changes a trained
+  loss in its fourth digit at every step, and an evaluation loss changes whenever the weights
+  do: the same value printed again and again means nothing is being trained (LR 0, frozen
+  parameters, an optimizer that does not step, a loss computed on nothing). Not counted: a value
+  repeated in a progress bar's frames (tqdm's ``it/s`` read at the same steps: the bar re-displays
+  the last logged value), and a 0 reached after a descent (a converged loss rounded by the
+  printing); a loss that is 0 from its first point computes nothing and is counted. A running
+  best/minimum and a distillation teacher's or reference model's loss (frozen by design) are not judged.
+* **saturated**: the last point of a loss-like series is ``-ln(FLT_MIN)`` = 87.3365 (or
+  ``-ln(DBL_MIN)`` = 708.396): a softmax cross-entropy whose probability of the true class
+  underflowed to the floating-point minimum, Caffe's and many hand-written losses' clamp. The
+  network's outputs saturated; the run diverged without producing a NaN.
+* **never improved**: a training loss too short for the trend test, or an evaluation loss
+  of any length, with at least ``short_min_points`` points logged from the start of the run,
+  whose best later point improves on the first by less than ``short_min_improvement`` of it
+  and by less than ``short_noise_z`` robust standard deviations of its own point-to-point
+  noise (so the threshold widens with a noisy series and needs no long window), when the values
+  are printed finely enough to show such an improvement at all. For a
+  fine-tune of a pretrained model (a ``pretrained`` / ``model_name_or_path`` setting) a flat
+  start is expected, so only a loss that got worse than its first point is reported. Points read
+  from a progress bar's frames count once per distinct value.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from autopsy.checks.series import Series, as_bool, config_entry, load_series, rounded
+from autopsy.engine.types import CheckContext
+from autopsy.metrics import EVAL_LOSS, LOSS
+from autopsy.model import Confidence, Finding
+
+# A running best/minimum repeats while nothing improves: not a measurement of this step. A distillation
+# teacher's or a reference model's loss (DPO's ref) is computed by a model that is frozen by design.
+_RUNNING_BEST = re.compile(r"(?i)best|(?<![a-z])min(?![a-z])|lowest|(?<![a-z])prev|teacher"
+                           r"|(?<![a-z])ref(?:erence)?(?![a-z])")
+PRETRAINED_KEYS = ("pretrained", "pretrained_model_name_or_path", "model_name_or_path", "from_pretrained",
+                   "pretrained_model", "base_model")
+
+
+def short_plateau(ctx: CheckContext, *, train_too_short: bool) -> list[Finding]:
+    """The frozen, saturated and never-improved modes, in that order; the first that holds is reported.
+
+    ``train_too_short``: the training loss had fewer points than the trend test needs, so the
+    never-improved test judges it too (otherwise only the evaluation loss)."""
+    from autopsy.checks.nonfinite import loss_like_series
+
+    run = ctx.run
+    loss, evl = load_series(run, LOSS), load_series(run, EVAL_LOSS)
+    main = [s.finite() for s in (loss, evl) if s is not None]
+    done = {(s.source, s.tag) for s in main}
+    series = main + [s.finite() for s in loss_like_series(run, skip=done)]
+    series = [s for s in series if len(s) and not _RUNNING_BEST.search(s.tag)]
+    for s in series:
+        f = _frozen(ctx, s, [o.tag for o in series if o is not s and _frozen_run(ctx, o) is not None])
+        if f is not None:
+            return [f]
+    for s in series:
+        f = _saturated(ctx, s)
+        if f is not None:
+            return [f]
+    judged = [s for s in (loss if train_too_short else None, evl) if s is not None]
+    for s in judged:
+        f = _never_improved(ctx, s.finite())
+        if f is not None:
+            return [f]
+    return []
+
+
+def significant_digits(v: float) -> int:
+    """How many significant digits a logged value carries (87.3365 -> 6, 0.02 -> 1, 2.0 -> 1)."""
+    if v == 0 or not math.isfinite(v):
+        return 0
+    for d in range(1, 16):
+        if math.isclose(float(f"{v:.{d}g}"), v, rel_tol=1e-12, abs_tol=0.0):
+            return d
+    return 16
+
+
+def _frozen_run(ctx: CheckContext, s: Series) -> int | None:
+    """Start index of the identical run of points ending the series, when it is long and precise enough."""
+    v = s.values
+    need = int(ctx.param("frozen_min_points"))
+    if v.size < need:
+        return None
+    tol = float(ctx.param("frozen_rel_tolerance"))
+    last = float(v[-1])
+    i = v.size - 1
+    while i > 0 and abs(float(v[i - 1]) - last) <= tol * max(abs(last), 1e-12):
+        i -= 1
+    if v.size - i < need:
+        return None
+    if last == 0.0:
+        # A loss printed as 0 after falling to it is a converged loss rounded by the printing (HF rounds to
+        # 4 decimals); only a loss that is 0 from its first logged point computes nothing.
+        return i if i == 0 else None
+    if significant_digits(last) < int(ctx.param("frozen_min_digits")):
+        return None  # "0.02" printed five times is the printing's precision, not a frozen model
+    if _bar_frames(ctx, s, s.steps[i:]):
+        return None  # a progress bar re-displays its last logged value on every frame
+    return i
+
+
+_BAR_RATES = frozenset({"it/s", "s/it"})
+
+
+def _bar_frames(ctx: CheckContext, s: Series, steps: np.ndarray) -> bool:
+    """Are these points a progress bar's frames (tqdm's it/s or s/it read from the same file at most of
+    the same steps)? A bar's postfix shows the value logged last until the next logging step, so a
+    value repeated there is not a measurement repeated."""
+    df = ctx.run.scalars
+    if df.empty:
+        return False
+    rates = df[(df["path"].astype(str) == s.path) & df["tag"].astype(str).isin(_BAR_RATES)]
+    if rates.empty:
+        return False
+    return int(np.isin(steps, rates["step"].dropna().astype("int64").to_numpy()).sum()) * 2 >= len(steps)
+
+
+def _frozen(ctx: CheckContext, s: Series, others: list[str]) -> Finding | None:
+    i = _frozen_run(ctx, s)
+    if i is None:
+        return None
+    k = len(s) - i
+    value = float(s.values[-1])
+    a, b = int(s.steps[i]), int(s.steps[-1])
+    where = f"logged points {i + 1}..{len(s)}" if s.synthetic_steps else f"steps {a}..{b}"
+    also = f"; also frozen: {', '.join(others[:5])}" if others else ""
+    msg = (f"{s.tag} is {value:.6g} at every one of its last {k} logged points ({where} of {s.path}){also}: a "
+           "loss that does not change in its printed digits is not being trained (an LR of 0, frozen parameters, "
+           "an optimizer that does not step, or a loss computed on nothing).")
+    facts: dict[str, object] = {"mode": "frozen", "metric": s.metric, "tag": s.tag, "path": s.path,
+                                "value": rounded(value), "n_frozen": k, "n_points": len(s),
+                                "window_start_step": a, "window_end_step": b}
+    if others:
+        facts["also_frozen"] = others[:20]
+    ev = [s.evidence(step=a, step_end=b, excerpt=f"{s.tag}={value:.6g} at {k} consecutive points")]
+    return ctx.finding(msg, key="loss.plateau:frozen", facts=facts, evidence=ev, step=a,
+                       confidence=Confidence.MEDIUM if k < 2 * int(ctx.param("frozen_min_points")) else None)
+
+
+def _saturated(ctx: CheckContext, s: Series) -> Finding | None:
+    last = float(s.values[-1])
+    for level in ctx.param("saturated_losses"):
+        if abs(last - float(level)) <= 1e-5 * float(level):
+            first = int(np.argmax(np.abs(s.values - float(level)) <= 1e-5 * float(level)))
+            before = f", after {float(s.values[first - 1]):.6g} at step {int(s.steps[first - 1])}" if first else ""
+            msg = (f"{s.tag} is {last:.6g} from step {int(s.steps[first])} to the end{before}: the value "
+                   f"-ln(float minimum) of a cross-entropy whose probability of the true class underflowed and was "
+                   "clamped; the network's outputs saturated (the run diverged without a NaN). Lower the learning "
+                   "rate, check the input scaling and the weight initialisation.")
+            facts: dict[str, object] = {"mode": "saturated", "metric": s.metric, "tag": s.tag, "path": s.path,
+                                        "value": rounded(last), "saturation_level": float(level),
+                                        "first_saturated_step": int(s.steps[first]), "n_points": len(s)}
+            ev = [s.evidence(step=int(s.steps[first]), step_end=int(s.steps[-1]), excerpt=f"{s.tag}={last:.6g}")]
+            return ctx.finding(msg, key="loss.plateau:saturated", facts=facts, evidence=ev, step=int(s.steps[first]))
+    return None
+
+
+def pretrained_entry(ctx: CheckContext) -> str | None:
+    """The setting that says the run fine-tunes a pretrained model (``pretrained: true``,
+    ``model_name_or_path: gpt2``), cited, or None."""
+    for key in PRETRAINED_KEYS:
+        e = config_entry(ctx.run, (key,))
+        if e is None:
+            continue
+        b = as_bool(e.value)
+        if b is False or e.value in (None, "", "None", "null"):
+            continue
+        return f"{e.raw_key}: {e.text} ({e.path}{':' + str(e.line) if e.line is not None else ''})"
+    return None
+
+
+def _never_improved(ctx: CheckContext, s: Series) -> Finding | None:
+    from autopsy.checks.loss import mid_run_start
+
+    if _bar_frames(ctx, s, s.steps):  # a bar's frames repeat the last logged value: keep each value once
+        keep = np.ones(len(s), dtype=bool)
+        keep[1:] = s.values[1:] != s.values[:-1]
+        s = Series(s.metric, s.source, s.path, s.tag, s.rank, s.steps[keep], s.values[keep], s.wall_times[keep],
+                   s.synthetic_steps)
+    v = s.values
+    if v.size < int(ctx.param("short_min_points")) or mid_run_start(ctx.run, s) is not None:
+        return None
+    first, best_later = float(v[0]), float(np.min(v[1:]))
+    level = max(abs(float(np.median(v))), 1e-12)
+    digits = max(significant_digits(float(x)) for x in v)
+    if 10.0 ** (math.floor(math.log10(level)) - max(digits, 1) + 1) / level > float(ctx.param("short_min_improvement")):
+        return None  # printed too coarsely ("5.0" ten times) to show an improvement of that size
+    improvement = (first - best_later) / max(abs(first), 1e-12)
+    noise = 1.049 * float(np.median(np.abs(np.diff(v)))) / level  # sigma of white noise from |differences|
+    threshold = max(float(ctx.param("short_min_improvement")), float(ctx.param("short_noise_z")) * noise)
+    pretrained = pretrained_entry(ctx)
+    if pretrained is not None:
+        threshold = -threshold  # a fine-tune starts near its best: only a loss that got worse counts
+    if improvement >= threshold:
+        return None
+    split = "evaluation" if s.metric == EVAL_LOSS else "training"
+    trend = (f"its best later point {best_later:.4g} is {100 * improvement:.2f}% below the first"
+             if improvement >= 0 else f"every later point is worse (best {best_later:.4g})")
+    msg = (f"The {split} loss never improved: {s.tag} was {first:.4g} at its first point (step {int(s.steps[0])}) "
+           f"and {trend}, over {len(s)} points to step {int(s.steps[-1])} (point-to-point noise "
+           f"{100 * noise:.2f}% of the level).")
+    facts: dict[str, object] = {"mode": "never_improved", "metric": s.metric, "tag": s.tag, "path": s.path,
+                                "n_points": len(s), "first_loss": rounded(first, 5), "best_later_loss":
+                                rounded(best_later, 5), "relative_improvement": rounded(improvement, 4),
+                                "relative_noise": rounded(noise, 4), "threshold": rounded(abs(threshold), 4),
+                                "window_start_step": int(s.steps[0]), "window_end_step": int(s.steps[-1])}
+    if pretrained is not None:
+        facts["pretrained"] = pretrained
+    ev = [s.evidence(step=int(s.steps[0]), step_end=int(s.steps[-1]),
+                     excerpt=f"{s.tag}: first {first:.4g}, best later {best_later:.4g}, last {float(v[-1]):.4g}")]
+    return ctx.finding(msg, key="loss.plateau:never_improved", facts=facts, evidence=ev, step=int(s.steps[0]),
+                       confidence=Confidence.MEDIUM)
