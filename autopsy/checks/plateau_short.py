@@ -14,7 +14,8 @@ things, and each has a test whose evidence does not depend on the series being l
   repeated in a progress bar's frames (tqdm's ``it/s`` read at the same steps: the bar re-displays
   the last logged value), and a 0 reached after a descent (a converged loss rounded by the
   printing); a loss that is 0 from its first point computes nothing and is counted. A running
-  best/minimum and a distillation teacher's or reference model's loss (frozen by design) are not judged.
+  best/minimum, a distillation teacher's or reference model's loss (frozen by design) and a
+  reinforcement-learning objective (a GRPO policy loss is 0 by construction) are not judged frozen.
 * **saturated**: the last point of a loss-like series is ``-ln(FLT_MIN)`` = 87.3365 (or
   ``-ln(DBL_MIN)`` = 708.396): a softmax cross-entropy whose probability of the true class
   underflowed to the floating-point minimum, Caffe's and many hand-written losses' clamp. The
@@ -46,6 +47,9 @@ from autopsy.model import Confidence, Finding
 # teacher's or a reference model's loss (DPO's ref) is computed by a model that is frozen by design.
 _RUNNING_BEST = re.compile(r"(?i)best|(?<![a-z])min(?![a-z])|lowest|(?<![a-z])prev|teacher"
                            r"|(?<![a-z])ref(?:erence)?(?![a-z])")
+# Reinforcement-learning objectives are not supervised losses: an on-policy policy-gradient loss is 0 by
+# construction when the advantages are normalised per group (GRPO), whatever the model learns.
+_RL_OBJECTIVE = re.compile(r"(?i)(?<![a-z])(?:pg|policy|actor|critic|value|vf)(?![a-z])")
 PRETRAINED_KEYS = ("pretrained", "pretrained_model_name_or_path", "model_name_or_path", "from_pretrained",
                    "pretrained_model", "base_model")
 
@@ -64,7 +68,10 @@ def short_plateau(ctx: CheckContext, *, train_too_short: bool) -> list[Finding]:
     series = main + [s.finite() for s in loss_like_series(run, skip=done)]
     series = [s for s in series if len(s) and not _RUNNING_BEST.search(s.tag)]
     for s in series:
-        f = _frozen(ctx, s, [o.tag for o in series if o is not s and _frozen_run(ctx, o) is not None])
+        if _RL_OBJECTIVE.search(s.tag):
+            continue
+        f = _frozen(ctx, s, [o.tag for o in series
+                             if o is not s and not _RL_OBJECTIVE.search(o.tag) and _frozen_run(ctx, o) is not None])
         if f is not None:
             return [f]
     for s in series:
