@@ -321,6 +321,9 @@ def _long_plateau(ctx: CheckContext) -> list[Finding]:
 
 # "Epoch 198/200", "Epoch: [198/200]", "===Epoch:[117/120]===", "Epoch 10/10", "epoch [3/50]"
 _EPOCH_OF = regex.compile(r"(?i)\bepoch\b\W{0,4}(\d+)\s*/\s*(\d+)")
+# An epoch counter with no total, on the line that logs the loss: "epoch 7 loss 2.1", ESPnet's
+# "5epoch:train:3376-3750batch: ... loss=1.733".
+_EPOCH_BARE = regex.compile(r"(?i)\bepoch\b\W{0,4}(\d+)(?![\d.]*\s*/)|\b(\d+)\s*epoch\b")
 
 
 def mid_run_start(run: Run, s: Series) -> str | None:
@@ -328,7 +331,8 @@ def mid_run_start(run: Run, s: Series) -> str | None:
 
     Told by the series' own steps (its first logged step is past a tenth of its last), by an
     ``epoch`` series that starts past epoch 1, or by the first lines of the series' log naming
-    an epoch past the second of several ("Epoch: [198/200]").
+    an epoch past the second of several ("Epoch: [198/200]"), or by the first line that logs the
+    series naming epoch 2 or later with no total (ESPnet's "5epoch:train:3376-3750batch").
     """
     first, last = int(s.steps[0]), int(s.steps[-1])
     if not s.synthetic_steps and first > 10 and first > 0.1 * last:
@@ -345,11 +349,19 @@ def mid_run_start(run: Run, s: Series) -> str | None:
             continue
         for line in scan.head:  # the first epoch counter of the log says where it starts
             m = _EPOCH_OF.search(line)
-            if m is None:
-                continue
-            if 2 <= int(m.group(1)) <= int(m.group(2)) and int(m.group(2)) > 2:
-                return f"the first lines of {scan.path} are in epoch {m.group(1)}/{m.group(2)}"
-            break
+            if m is not None:
+                if 2 <= int(m.group(1)) <= int(m.group(2)) and int(m.group(2)) > 2:
+                    return f"the first lines of {scan.path} are in epoch {m.group(1)}/{m.group(2)}"
+                break
+            # Without a total, only the line that logs this series is trusted to count epochs (a
+            # config dump's "epoch: 20" is a setting); epoch 2 and later are past the start whether
+            # the counter is 0- or 1-based.
+            bare = _EPOCH_BARE.search(line) if s.tag.lower() in line.lower() else None
+            if bare is not None:
+                epoch = int(bare.group(1) or bare.group(2))
+                if epoch >= 2:
+                    return f"the first line of {scan.path} that logs {s.tag} is in epoch {epoch}"
+                break
     return None
 
 
