@@ -101,7 +101,7 @@ def trained_after(run: Run, path: str | None, line: int | None) -> bool:
     """True when the log ``path`` logged a training step past the one reached at ``line``, on a later line.
 
     A kill or error line that training went on after did not end the run: the process it names was a
-    helper (a checkpoint converter, an evaluation subprocess), or the error was caught.
+    helper (a checkpoint converter, an evaluation child process), or the error was caught.
     """
     if path is None or line is None:
         return False
