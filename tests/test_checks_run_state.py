@@ -145,3 +145,49 @@ def test_incomplete_exit_143(tmp_path: Path) -> None:
     run = fake_run(tmp_path, tb=tb, exit_codes=[("exit_code", 143)], trainer_max_steps=10000)
     [f] = check("run.incomplete", run)
     assert f.facts["exit_code"] == 143 and f.facts["termination"] == "SIGTERM"
+
+
+def test_incomplete_time_limit_mid_save_names_the_checkpoint_it_cut(tmp_path: Path) -> None:
+    """A recorded stop whose run's newest checkpoint is half-written: it cut that save (error, not warning)."""
+    tb = {"loss": [(s, 2.0, NOW - 90000 + s) for s in range(0, 4001, 100)]}
+    line = "timeout: sending signal TERM to command \u2018python\u2019"
+    scan = log_scan("train.log", lines=[line])
+    cut = [ckpt(3000), ckpt(4000, missing=["optimizer.pt", "trainer_state.json"])]
+    run = fake_run(tmp_path, tb=tb, logs=[scan], checkpoints=cut, trainer_max_steps=10000)
+    [f] = check("run.incomplete", run, {"timeout_124": [_hit("timeout_124", line)]})
+    assert f.severity is Severity.ERROR and f.facts["interrupted_checkpoint"] == "checkpoint-4000"
+    assert f.facts["latest_valid_checkpoint"] == "checkpoint-3000" and "in the middle of saving checkpoint-4000" in f.message
+    # Killed after a complete save: the stop cost no checkpoint, it stays a warning.
+    whole = fake_run(tmp_path, tb=tb, logs=[scan], checkpoints=[ckpt(3000), ckpt(4000)], trainer_max_steps=10000)
+    [g] = check("run.incomplete", whole, {"timeout_124": [_hit("timeout_124", line)]})
+    assert g.severity is Severity.WARNING and "interrupted_checkpoint" not in g.facts
+    # An older broken checkpoint with a complete newer one was not cut by this stop.
+    old = fake_run(tmp_path, tb=tb, logs=[scan], checkpoints=[ckpt(3000, missing=["optimizer.pt"]), ckpt(4000)],
+                   trainer_max_steps=10000)
+    [h] = check("run.incomplete", old, {"timeout_124": [_hit("timeout_124", line)]})
+    assert h.severity is Severity.WARNING
+    # Nothing recorded the stop: the log just stops, and the partial checkpoint is left to checkpoint.corrupt.
+    silent = fake_run(tmp_path, tb=tb, checkpoints=cut, trainer_max_steps=10000)
+    [s] = check("run.incomplete", silent)
+    assert s.severity is Severity.WARNING and "interrupted_checkpoint" not in s.facts
+
+
+def _acc_ckpt(i: int, *, missing: tuple[str, ...] = ()) -> Checkpoint:
+    return Checkpoint(f"checkpoints/checkpoint_{i}", "accelerate", None, (), 1000, NOW - 5000, missing)
+
+
+def test_log_empty_with_a_save_cut_short_is_buffering_not_a_hang(tmp_path: Path) -> None:
+    """The newest of a numbered series (accelerate checkpoint_<i>, no step inside) is half-written: the
+    process ran as far as a save, so an empty log is buffered output (warning), not a hang before any print."""
+    arts = [Artifact("train.log", ArtifactKind.LOG, 0, NOW - 5000)]
+    cut = [_acc_ckpt(0), _acc_ckpt(1, missing=("random_states_0.pkl",))]
+    run = fake_run(tmp_path, logs=[log_scan("train.log", size=0)], artifacts=arts, checkpoints=cut)
+    [f] = check("log.empty", run)
+    assert f.severity is Severity.WARNING and f.facts["interrupted_checkpoint"] == "checkpoints/checkpoint_1"
+    assert f.facts["buffering_suspected"] is True and "saving checkpoints/checkpoint_1" in f.message
+    # The series complete, or its broken member an older one: nothing says this process ever got going.
+    for cps in ([_acc_ckpt(0), _acc_ckpt(1)], [_acc_ckpt(0, missing=("model.safetensors",)), _acc_ckpt(1)],
+                [_acc_ckpt(0), Checkpoint("best.pt", "loose", None, (), 10, NOW - 5000, ("zip",))]):
+        run = fake_run(tmp_path, logs=[log_scan("train.log", size=0)], artifacts=arts, checkpoints=cps)
+        [g] = check("log.empty", run)
+        assert g.severity is Severity.ERROR and "interrupted_checkpoint" not in g.facts, cps

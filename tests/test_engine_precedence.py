@@ -162,3 +162,44 @@ def test_crash_on_rank3_is_primary_over_the_watchdog_timeouts_end_to_end(tmp_pat
         watchdog.format(r=0), watchdog.format(r=1), ""]), encoding="utf-8")
     out = {f.rule: f for f in autopsy.analyze(tmp_path).findings}
     assert out["crash.exception"].primary and out["dist.timeout"].explained_by == "crash.exception"
+
+
+def test_a_recorded_stop_explains_the_checkpoint_it_cut_but_a_guess_does_not() -> None:
+    """run.incomplete explains checkpoint.corrupt only when it saw the stop (a time-limit line, an exit 124)."""
+    cat = cards(card("run.incomplete", supersedes=["checkpoint.retention"],
+                     explains=["checkpoint.gap", "checkpoint.corrupt"]),
+                card("checkpoint.corrupt", explains=["run.stalled"]), card("checkpoint.retention"),
+                card("run.stalled", supersedes=["run.incomplete"]), card("checkpoint.gap"))
+    seen = apply_precedence([finding("checkpoint.corrupt", Severity.ERROR),
+                             finding("run.incomplete", Severity.ERROR), finding("checkpoint.gap", Severity.WARNING)], cat)
+    assert summary(seen) == [("run.incomplete", True, None), ("checkpoint.corrupt", False, "run.incomplete"),
+                             ("checkpoint.gap", False, "run.incomplete")]
+    # The log just stops (low confidence): the half-written checkpoint is what was seen, and no cycle
+    # through run.stalled (which the partial checkpoint explains) leaves the run without a root.
+    guess = apply_precedence([finding("checkpoint.corrupt", Severity.ERROR),
+                              finding("run.stalled", Severity.ERROR, confidence=Confidence.MEDIUM),
+                              finding("run.incomplete", Severity.WARNING, confidence=Confidence.LOW)], cat)
+    assert summary(guess) == [("checkpoint.corrupt", True, None), ("run.stalled", False, "checkpoint.corrupt"),
+                              ("run.incomplete", False, "run.stalled")]
+    info = apply_precedence([finding("checkpoint.corrupt", Severity.ERROR),
+                             finding("run.incomplete", Severity.INFO, confidence=Confidence.LOW)], cat)
+    assert summary(info)[0] == ("checkpoint.corrupt", True, None)
+
+
+def test_retention_is_not_primary_over_the_stop_that_ended_the_run() -> None:
+    cat = cards(card("run.incomplete", supersedes=["checkpoint.retention"]), card("checkpoint.retention"),
+                card("disk.full", explains=["checkpoint.retention"]))
+    stopped = apply_precedence([finding("checkpoint.retention", Severity.WARNING),
+                                finding("run.incomplete", Severity.WARNING)], cat)
+    assert summary(stopped) == [("run.incomplete", True, None), ("checkpoint.retention", False, "run.incomplete")]
+    # A stop with no line, that only a clock says is over (low confidence), still ended the run: the
+    # card's edge holds between findings of the same severity.
+    unsure = apply_precedence([finding("checkpoint.retention", Severity.WARNING),
+                               finding("run.incomplete", Severity.WARNING, confidence=Confidence.LOW)], cat)
+    assert summary(unsure) == [("run.incomplete", True, None), ("checkpoint.retention", False, "run.incomplete")]
+    # "Cannot tell whether it ended" (info) explains nothing that was seen.
+    info = apply_precedence([finding("checkpoint.retention", Severity.WARNING),
+                             finding("run.incomplete", Severity.INFO, confidence=Confidence.LOW)], cat)
+    assert summary(info) == [("checkpoint.retention", True, None), ("run.incomplete", False, None)]
+    full = apply_precedence([finding("checkpoint.retention", Severity.CRITICAL), finding("disk.full")], cat)
+    assert summary(full) == [("disk.full", True, None), ("checkpoint.retention", False, "disk.full")]

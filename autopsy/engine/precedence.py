@@ -10,7 +10,9 @@ Among the roots the primary is the one ranked first by: severity, then not gener
 nothing more specific fired, per the taxonomy), confidence, the card's
 ``specificity``, and then the earliest in time (in noisy logs the first error is the
 cause more often than the last or loudest one). Info findings are never primary.
-When the primary is critical (it stopped the run) a generic finding that nothing else
+An edge from a finding that is only a guess (low confidence or info) does not hold over a
+more severe finding that was seen: a run.incomplete that cannot say how the run ended does not
+explain a half-written checkpoint. When the primary is critical (it stopped the run) a generic finding that nothing else
 explains links to it: the traceback or the "rank exited" line is the same death; so do
 collective timeouts and communication errors on *other* ranks than the primary's (the
 survivors' view of a peer that died).
@@ -74,6 +76,8 @@ def apply_precedence(findings: Sequence[Finding], cards: Mapping[str, Card]) -> 
         for t in targets:
             if t not in fired:
                 continue
+            if _guess_over_seen(src, t, findings):
+                continue
             if _peer_echo(src, t, findings, rule_ranks):
                 explainers.setdefault(src, []).append(t)  # turned round: t's crash on another rank
             else:
@@ -113,6 +117,25 @@ def apply_precedence(findings: Sequence[Finding], cards: Mapping[str, Card]) -> 
         out.append(replace(f, primary=is_primary, explained_by=link))
     out.sort(key=lambda f: (not f.primary, -int(f.severity), f.rule, f.fingerprint))
     return tuple(out)
+
+
+def _guess_over_seen(src: str, target: str, findings: Sequence[Finding]) -> bool:
+    """True when every finding of ``src`` is a guess (low confidence, or info) and ``target`` was seen worse.
+
+    A card edge says "A is nearer the cause than B"; it holds when A was observed. A "cannot
+    tell" version of A (run.incomplete with no termination line: the log just stops) must not
+    explain away a more severe B that was seen (a half-written checkpoint, an error): B stays a
+    root. Of equal severity the card's edge still holds (a run that stopped short, with a clock
+    to say so, is what the lost steps since its checkpoint come from).
+    """
+    def guess(f: Finding) -> bool:
+        return f.confidence <= Confidence.LOW or f.severity <= Severity.INFO
+
+    srcs = [f for f in findings if f.rule == src]
+    if not srcs or not all(guess(f) for f in srcs):
+        return False
+    worst = max(f.severity for f in srcs)
+    return any(not guess(f) and f.severity > worst for f in findings if f.rule == target)
 
 
 def _rule_ranks(findings: Sequence[Finding]) -> dict[str, set[int] | None]:
