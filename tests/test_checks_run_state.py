@@ -156,7 +156,8 @@ def test_incomplete_time_limit_mid_save_names_the_checkpoint_it_cut(tmp_path: Pa
     run = fake_run(tmp_path, tb=tb, logs=[scan], checkpoints=cut, trainer_max_steps=10000)
     [f] = check("run.incomplete", run, {"timeout_124": [_hit("timeout_124", line)]})
     assert f.severity is Severity.ERROR and f.facts["interrupted_checkpoint"] == "checkpoint-4000"
-    assert f.facts["latest_valid_checkpoint"] == "checkpoint-3000" and "in the middle of saving checkpoint-4000" in f.message
+    assert f.facts["latest_valid_checkpoint"] == "checkpoint-3000"
+    assert "in the middle of saving checkpoint-4000" in f.message
     # Killed after a complete save: the stop cost no checkpoint, it stays a warning.
     whole = fake_run(tmp_path, tb=tb, logs=[scan], checkpoints=[ckpt(3000), ckpt(4000)], trainer_max_steps=10000)
     [g] = check("run.incomplete", whole, {"timeout_124": [_hit("timeout_124", line)]})

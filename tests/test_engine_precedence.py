@@ -170,8 +170,8 @@ def test_a_recorded_stop_explains_the_checkpoint_it_cut_but_a_guess_does_not() -
                      explains=["checkpoint.gap", "checkpoint.corrupt"]),
                 card("checkpoint.corrupt", explains=["run.stalled"]), card("checkpoint.retention"),
                 card("run.stalled", supersedes=["run.incomplete"]), card("checkpoint.gap"))
-    seen = apply_precedence([finding("checkpoint.corrupt", Severity.ERROR),
-                             finding("run.incomplete", Severity.ERROR), finding("checkpoint.gap", Severity.WARNING)], cat)
+    seen = apply_precedence([finding("checkpoint.corrupt", Severity.ERROR), finding("run.incomplete", Severity.ERROR),
+                             finding("checkpoint.gap", Severity.WARNING)], cat)
     assert summary(seen) == [("run.incomplete", True, None), ("checkpoint.corrupt", False, "run.incomplete"),
                              ("checkpoint.gap", False, "run.incomplete")]
     # The log just stops (low confidence): the half-written checkpoint is what was seen, and no cycle

@@ -32,6 +32,7 @@ from autopsy.checks.run_state import (
     epoch_plan,
     epoch_progress_time,
     exited_cleanly,
+    interrupted_save,
     progress_artifact_mtime,
     reached_plan,
     seconds_since_progress,
@@ -39,7 +40,7 @@ from autopsy.checks.run_state import (
 from autopsy.checks.series import as_bool, cite, config_entry, config_evidence
 from autopsy.engine.types import CheckContext, NotEvaluated
 from autopsy.model import ArtifactKind, Confidence, Evidence, Finding, Severity
-from autopsy.parsers.types import Checkpoint, Hit, LogScan
+from autopsy.parsers.types import Hit, LogScan
 from autopsy.run import Run
 from autopsy.units import fmt_duration
 
@@ -154,7 +155,7 @@ def log_empty(ctx: CheckContext) -> Iterable[Finding]:
         facts["artifacts_newer_than_log"] = newer
         facts.update(launch_facts)
         what = "is empty (0 bytes)" if scan.size == 0 else f"holds only warnings/banners ({n_banner} lines)"
-        cut = _interrupted_save(run) if not older else None
+        cut = interrupted_save(run) if not older else None
         if newer:
             cause = (f"yet {prog_path} was written after it and the run reached step {run.last_step}: "
                      "the training process ran but its output never reached the log")
@@ -408,7 +409,7 @@ def incomplete(ctx: CheckContext) -> Iterable[Finding]:
     if latest is not None:
         facts["latest_valid_checkpoint"] = latest.path
     severity = None
-    cut = _interrupted_save(run) if confidence is Confidence.HIGH and "termination" in facts else None
+    cut = interrupted_save(run) if confidence is Confidence.HIGH and "termination" in facts else None
     if cut is not None:
         # The recorded stop cut a save short: it cost a checkpoint, and it is what checkpoint.corrupt's
         # half-written directory comes from (the card's edge), so it ranks with that damage.
@@ -419,26 +420,6 @@ def incomplete(ctx: CheckContext) -> Iterable[Finding]:
     key = f"run.incomplete:{facts.get('termination', 'unknown')}"
     return [ctx.finding(f"The run ended {done}: {how}{resume}.", key=key,
                         facts=facts, evidence=ev, confidence=confidence, step=last, severity=severity)]
-
-
-def _interrupted_save(run: Run) -> Checkpoint | None:
-    """The run's newest checkpoint when it is incomplete (not one still being written): the save a stop cut."""
-    cps = [c for c in run.checkpoint_list if not c.in_progress]
-    stepped = [c for c in cps if c.step is not None]
-    if stepped:
-        newest = max(stepped, key=lambda c: c.step or 0)
-    elif len(cps) == 1:  # one file overwritten in place at every save (nanoGPT's ckpt.pt): no step once cut
-        newest = cps[0]
-    elif len({_DIGITS.sub("N", c.path) for c in cps}) == 1:
-        # A numbered series with no step inside (accelerate's checkpoint_0, checkpoint_1, ...): its numbers
-        # are the save order. Names that are not one series (best.pt, last.pt) give no order.
-        newest = max(cps, key=lambda c: [int(n) for n in _DIGITS.findall(c.path)])
-    else:
-        return None
-    return newest if not newest.valid else None
-
-
-_DIGITS = regex.compile(r"\d+")
 
 
 def _outlived(sig: Signal, signals: list[Signal]) -> bool:

@@ -19,7 +19,7 @@ from autopsy.checks.hang import ctrl_c_marked
 from autopsy.clock import ERROR_LINE, TERMINATION_LINE
 from autopsy.model import ArtifactKind, Evidence
 from autopsy.parsers.log_store import MAX_STEP, SeriesStore
-from autopsy.parsers.types import LogScan
+from autopsy.parsers.types import Checkpoint, LogScan
 from autopsy.run import Run
 
 # Exit statuses that mean "stopped from outside" rather than "failed": SIGTERM (143, -15 as
@@ -282,3 +282,23 @@ def _names_epoch(tag: str) -> bool:
 
 
 _WORDS = regex.compile(r"[^a-z0-9]+")
+
+
+def interrupted_save(run: Run) -> Checkpoint | None:
+    """The run's newest checkpoint when it is incomplete (not one still being written): the save a stop cut."""
+    cps = [c for c in run.checkpoint_list if not c.in_progress]
+    stepped = [c for c in cps if c.step is not None]
+    if stepped:
+        newest = max(stepped, key=lambda c: c.step or 0)
+    elif len(cps) == 1:  # one file overwritten in place at every save (nanoGPT's ckpt.pt): no step once cut
+        newest = cps[0]
+    elif len({_DIGITS.sub("N", c.path) for c in cps}) == 1:
+        # A numbered series with no step inside (accelerate's checkpoint_0, checkpoint_1, ...): its numbers
+        # are the save order. Names that are not one series (best.pt, last.pt) give no order.
+        newest = max(cps, key=lambda c: [int(n) for n in _DIGITS.findall(c.path)])
+    else:
+        return None
+    return newest if not newest.valid else None
+
+
+_DIGITS = regex.compile(r"\d+")
