@@ -101,13 +101,19 @@ def test_references_name_real_rules() -> None:
     assert not bad, f"supersedes/explains name unknown rules: {bad}"
 
 
+# What a generic rule may still be primary over: a hazard that did not end the run. Issue 11: "checkpoint.retention
+# is never primary over the termination that ended the run unless the disk filled" (and then disk.full explains it).
+_GENERIC_MAY_SUPERSEDE = {"run.incomplete": {"checkpoint.retention"}}
+
+
 def test_generic_rules_supersede_nothing_specific() -> None:
-    """The generic rules lead only when nothing more specific fired; they must not outrank others."""
+    """The generic rules lead only when nothing more specific fired; they must not outrank a cause."""
     cat = load_catalog()
     for rid in ("crash.exception", "run.incomplete"):
         card = cat.cards.get(rid)
         if card is not None:
-            assert not card.supersedes, f"{rid} is generic and must not supersede {card.supersedes}"
+            extra = set(card.supersedes) - _GENERIC_MAY_SUPERSEDE.get(rid, set())
+            assert not extra, f"{rid} is generic and must not supersede {sorted(extra)}"
 
 
 def _edges() -> dict[str, set[str]]:

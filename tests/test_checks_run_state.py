@@ -184,11 +184,11 @@ def test_log_empty_with_a_save_cut_short_is_buffering_not_a_hang(tmp_path: Path)
     cut = [_acc_ckpt(0), _acc_ckpt(1, missing=("random_states_0.pkl",))]
     run = fake_run(tmp_path, logs=[log_scan("train.log", size=0)], artifacts=arts, checkpoints=cut)
     [f] = check("log.empty", run)
-    assert f.severity is Severity.WARNING and f.facts["interrupted_checkpoint"] == "checkpoints/checkpoint_1"
+    assert f.severity is Severity.WARNING and f.facts["partial_checkpoint"] == "checkpoints/checkpoint_1"
     assert f.facts["buffering_suspected"] is True and "saving checkpoints/checkpoint_1" in f.message
     # The series complete, or its broken member an older one: nothing says this process ever got going.
     for cps in ([_acc_ckpt(0), _acc_ckpt(1)], [_acc_ckpt(0, missing=("model.safetensors",)), _acc_ckpt(1)],
                 [_acc_ckpt(0), Checkpoint("best.pt", "loose", None, (), 10, NOW - 5000, ("zip",))]):
         run = fake_run(tmp_path, logs=[log_scan("train.log", size=0)], artifacts=arts, checkpoints=cps)
         [g] = check("log.empty", run)
-        assert g.severity is Severity.ERROR and "interrupted_checkpoint" not in g.facts, cps
+        assert g.severity is Severity.ERROR and "partial_checkpoint" not in g.facts, cps

@@ -164,26 +164,26 @@ def test_crash_on_rank3_is_primary_over_the_watchdog_timeouts_end_to_end(tmp_pat
     assert out["crash.exception"].primary and out["dist.timeout"].explained_by == "crash.exception"
 
 
-def test_a_recorded_stop_explains_the_checkpoint_it_cut_but_a_guess_does_not() -> None:
-    """run.incomplete explains checkpoint.corrupt only when it saw the stop (a time-limit line, an exit 124)."""
-    cat = cards(card("run.incomplete", supersedes=["checkpoint.retention"],
-                     explains=["checkpoint.gap", "checkpoint.corrupt"]),
+def test_a_recorded_stop_explains_the_checkpoint_it_cut_and_only_that_one() -> None:
+    """A finding naming the checkpoint whose save it cut (interrupted_checkpoint) explains the report of it."""
+    cat = cards(card("run.incomplete", supersedes=["checkpoint.retention"], explains=["checkpoint.gap"]),
                 card("checkpoint.corrupt", explains=["run.stalled"]), card("checkpoint.retention"),
                 card("run.stalled", supersedes=["run.incomplete"]), card("checkpoint.gap"))
-    seen = apply_precedence([finding("checkpoint.corrupt", Severity.ERROR), finding("run.incomplete", Severity.ERROR),
-                             finding("checkpoint.gap", Severity.WARNING)], cat)
+    stop = replace(finding("run.incomplete", Severity.ERROR), facts={"interrupted_checkpoint": "out/checkpoint-100"})
+    damage = replace(finding("checkpoint.corrupt", Severity.ERROR), facts={"checkpoint": "out/checkpoint-100"})
+    seen = apply_precedence([damage, stop, finding("checkpoint.gap", Severity.WARNING)], cat)
     assert summary(seen) == [("run.incomplete", True, None), ("checkpoint.corrupt", False, "run.incomplete"),
                              ("checkpoint.gap", False, "run.incomplete")]
-    # The log just stops (low confidence): the half-written checkpoint is what was seen, and no cycle
-    # through run.stalled (which the partial checkpoint explains) leaves the run without a root.
-    guess = apply_precedence([finding("checkpoint.corrupt", Severity.ERROR),
-                              finding("run.stalled", Severity.ERROR, confidence=Confidence.MEDIUM),
-                              finding("run.incomplete", Severity.WARNING, confidence=Confidence.LOW)], cat)
+    # Another checkpoint's damage (an old broken one, a load failure) is not what this stop left.
+    other = replace(damage, facts={"checkpoint": "out/checkpoint-50"})
+    assert summary(apply_precedence([other, stop], cat))[0] == ("checkpoint.corrupt", True, None)
+    # The log just stops (low confidence, nothing recorded the stop): the half-written checkpoint is what was
+    # seen, and stays the root over the stall it explains.
+    guess = apply_precedence([damage, finding("run.stalled", Severity.ERROR, confidence=Confidence.MEDIUM),
+                              replace(finding("run.incomplete", Severity.WARNING, confidence=Confidence.LOW),
+                                      facts={"interrupted_checkpoint": "out/checkpoint-100"})], cat)
     assert summary(guess) == [("checkpoint.corrupt", True, None), ("run.stalled", False, "checkpoint.corrupt"),
                               ("run.incomplete", False, "run.stalled")]
-    info = apply_precedence([finding("checkpoint.corrupt", Severity.ERROR),
-                             finding("run.incomplete", Severity.INFO, confidence=Confidence.LOW)], cat)
-    assert summary(info)[0] == ("checkpoint.corrupt", True, None)
 
 
 def test_retention_is_not_primary_over_the_stop_that_ended_the_run() -> None:

@@ -163,7 +163,7 @@ def log_empty(ctx: CheckContext) -> Iterable[Finding]:
         elif cut is not None:
             # A save cut short is the last thing a run does when it dies: this process got past its
             # first prints (it was checkpointing), so nothing hung before them; its output was buffered.
-            facts["interrupted_checkpoint"] = cut.path
+            facts["partial_checkpoint"] = cut.path
             cause = (f"yet the process got as far as saving {cut.path}, which it left incomplete: it ran, and "
                      "died mid-save, with its output still in a block buffer")
             severity = Severity.WARNING
@@ -412,7 +412,7 @@ def incomplete(ctx: CheckContext) -> Iterable[Finding]:
     cut = interrupted_save(run) if confidence is Confidence.HIGH and "termination" in facts else None
     if cut is not None:
         # The recorded stop cut a save short: it cost a checkpoint, and it is what checkpoint.corrupt's
-        # half-written directory comes from (the card's edge), so it ranks with that damage.
+        # half-written directory comes from (the engine links the two by this fact), so it ranks with that damage.
         facts["interrupted_checkpoint"] = cut.path
         how += f", in the middle of saving {cut.path}, which it left incomplete"
         ev.append(Evidence(path=cut.path, detail="newest checkpoint, incomplete: the save the stop cut short"))

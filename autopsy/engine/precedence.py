@@ -17,6 +17,11 @@ explains links to it: the traceback or the "rank exited" line is the same death;
 collective timeouts and communication errors on *other* ranks than the primary's (the
 survivors' view of a peer that died).
 
+One link comes from the findings' facts rather than a card: a finding naming the checkpoint
+whose save it cut (``interrupted_checkpoint``: a recorded time limit or kill) explains the
+findings reporting that checkpoint (``checkpoint``), so the stop is primary over the damage it
+left, and only when it is the same checkpoint.
+
 The cards' edges from those peer consequences (``dist.timeout`` supersedes ``crash.exception``)
 hold on the same rank or when ranks are unknown: the timeout's own traceback or abort follows
 it. When both sides name their ranks and they are disjoint, the edge turns round: a critical
@@ -70,6 +75,8 @@ def apply_precedence(findings: Sequence[Finding], cards: Mapping[str, Card]) -> 
     fired = {f.rule for f in findings}
     rule_ranks = _rule_ranks(findings)
     explainers: dict[str, list[str]] = {}
+    for src, t in _cut_save_links(findings):
+        explainers.setdefault(t, []).append(src)
     for src, targets in graph.items():
         if src not in fired:
             continue
@@ -117,6 +124,23 @@ def apply_precedence(findings: Sequence[Finding], cards: Mapping[str, Card]) -> 
         out.append(replace(f, primary=is_primary, explained_by=link))
     out.sort(key=lambda f: (not f.primary, -int(f.severity), f.rule, f.fingerprint))
     return tuple(out)
+
+
+def _cut_save_links(findings: Sequence[Finding]) -> list[tuple[str, str]]:
+    """(explaining rule, explained rule): a stop that cut a checkpoint's save explains the reports of that checkpoint.
+
+    A finding whose fact ``interrupted_checkpoint`` names the checkpoint it left half-written (a
+    recorded time limit or kill, run.incomplete) explains every other finding whose ``checkpoint``
+    fact is that path (checkpoint.corrupt's report of the damage). Decided from the findings' own
+    facts, not a card edge: the same two rules are unrelated when the stop and the damage are apart.
+    """
+    out: list[tuple[str, str]] = []
+    for f in findings:
+        cut = f.facts.get("interrupted_checkpoint")
+        if not isinstance(cut, str) or f.confidence <= Confidence.LOW or f.severity <= Severity.INFO:
+            continue
+        out.extend((f.rule, g.rule) for g in findings if g.rule != f.rule and g.facts.get("checkpoint") == cut)
+    return out
 
 
 def _guess_over_seen(src: str, target: str, findings: Sequence[Finding]) -> bool:
