@@ -33,6 +33,9 @@ from autopsy.parsers.types import Frame, Traceback
      "Batch 3: Invalid loss, terminating training"),
     # pyemma's own progress display, then bash's Terminated
     ("getting output of UniformTimeClustering:  20% (117/558) [#      ] eta 28:34:54 \\Terminated", "Terminated"),
+    # mmseg_308: mmcv's evaluation bar, then bash's "Killed" in a Chinese locale
+    ("2020-12-18 19:56:07,472 - mmseg - INFO - Saving checkpoint at 4000 iterations [>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>"
+     ">>>>>>>>> ] 3217/3849, 4.0 task/s, elapsed: 799s, ETA: 157s已杀死", "已杀死"),
 ])
 def test_message_glued_to_a_bar_is_split_off(line: str, tail: str) -> None:
     pieces = split_glued(line)
@@ -46,6 +49,7 @@ def test_message_glued_to_a_bar_is_split_off(line: str, tail: str) -> None:
     "the DataLoader worker was Killed",
     "[rank0]: [2024-01-01 10:00:00] step 5 loss 2.0",
     "Killed",
+    "进程已杀死",  # Chinese prose ("the process was killed"), not a job report glued to output
 ])
 def test_lines_without_a_glued_message_stay_whole(line: str) -> None:
     assert split_glued(line) == [line]
@@ -212,6 +216,12 @@ def test_a_c10_report_under_an_error_another_rule_knows_is_left_to_it(tmp_path) 
     ("zsh: illegal hardware instruction  python train_mask_detector.py --dataset dataset\n", "env.import"),
     # a CUDA kernel's illegal instruction is a device error, not a CPU mismatch
     ("RuntimeError: CUDA error: an illegal instruction was encountered\n", None),
+    # deepglobe_31: Windows' STATUS_ILLEGAL_INSTRUCTION as PyCharm prints it; the DataLoader worker that "exited
+    # unexpectedly" in the same post is the same binary dying in a worker, not a data problem
+    ("RuntimeError: DataLoader worker (pid(s) 12488) exited unexpectedly\n"
+     "Process finished with exit code -1073741795 (0xC000001D)\n", "env.import"),
+    # an access violation is still a native crash, not a CPU mismatch
+    ("Process finished with exit code -1073741819 (0xC0000005)\n", None),
 ])
 def test_sigill_is_a_binary_built_for_another_cpu(tmp_path, text: str, rule: str | None) -> None:  # type: ignore[no-untyped-def]
     report = _report(tmp_path, text)
@@ -267,3 +277,56 @@ def test_jax_debug_nans_stop_is_a_nonfinite_loss(tmp_path) -> None:  # type: ign
     # numpy's warning (continual_learning entry's kind) is not a JAX stop
     healthy = _report(tmp_path, "RuntimeWarning: invalid value encountered in true_divide\nepoch 1 loss 0.5\n")
     assert "loss.nonfinite" not in _rules(healthy)
+
+
+# minkowski_359: the loop catches the OOM, says it skips the batch, and the next iterations run
+_OOM_SKIPPED = (
+    "2021-06-02 15:50:59 dev-ssh-geza root[14429] INFO Iteration: 15/1184, epoch 0, Bif Loss: 0.00563023891299963,  "
+    "lr: 0.10000\n"
+    "2021-06-02 15:51:03 dev-ssh-geza root[14429] DEBUG CUDA out of memory. Tried to allocate 422.00 MiB (GPU 0; 15.78 "
+    "GiB total capacity; 13.10 GiB already allocated; 372.75 MiB free; 13.78 GiB reserved in total by PyTorch)\n"
+    "2021-06-02 15:51:03 dev-ssh-geza root[14429] DEBUG Traceback (most recent call last):\n"
+    "2021-06-02 15:51:03 dev-ssh-geza root[14429] WARNING CUDA OOM Error during batch execution, skipping batch.\n"
+    "2021-06-02 15:51:06 dev-ssh-geza root[14429] DEBUG Batch loss: 0.010648244060575962\n")
+# fairseq_869: fairseq's skip, then the spawn traceback of the rank that did not recover
+_OOM_SKIP_FAILED = (
+    "| WARNING: ran out of memory with exception: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 7.93 GiB "
+    "total capacity; 7.20 GiB already allocated; 17.56 MiB free; 46.25 MiB cached);\n"
+    " Skipping batch\n"
+    "Traceback (most recent call last):\n"
+    '  File "./fairseq/train.py", line 306, in <module>\n'
+    "    cli_main()\n")
+
+
+def test_an_oom_the_loop_announces_it_skipped_is_not_fatal(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    report = _report(tmp_path, _OOM_SKIPPED)
+    assert report.primary is None
+    assert not {"oom.cuda", "crash.exception"} & _rules(report)
+
+
+def test_a_traceback_right_after_the_skip_means_it_failed(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    report = _report(tmp_path, _OOM_SKIP_FAILED)
+    assert report.primary is not None and report.primary.rule == "oom.cuda"
+
+
+def test_a_notebook_oom_header_is_the_oom_not_another_crash(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # mmdet_9759: a Colab paste that ends at IPython's traceback header
+    report = _report(tmp_path, "[>>>>>>>>>>>>>                    ] 6/15, 0.6 task/s, elapsed: 10s, ETA:    15s\n"
+                               "---------------------------------------------------------------------------\n"
+                               "OutOfMemoryError                          Traceback (most recent call last)\n")
+    assert report.primary is not None and report.primary.rule == "oom.cuda"
+    assert "crash.exception" not in _rules(report)
+
+
+@pytest.mark.parametrize(("code", "rule"), [
+    ("1", "dist.rank_failure"),  # kubeflow_2044: the replica's own error, then "is restarting because"
+    ("137", "oom.host"),  # the container's SIGKILL
+    ("0", None),  # a replica that finished
+])
+def test_kubeflow_operator_pod_exit_event(tmp_path, code: str, rule: str | None) -> None:  # type: ignore[no-untyped-def]
+    report = _report(tmp_path, f"INFO[0289] Pod: default.kfto-01-master-0 exited with code {code}  job=default.kfto-01 "
+                               "replica-type=master uid=4acaf99e-c0e0-424e-b6fe-9cbb2e303f3b\n")
+    if rule is None:
+        assert report.primary is None
+        return
+    assert report.primary is not None and report.primary.rule == rule

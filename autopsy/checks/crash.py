@@ -44,12 +44,11 @@ _NT_HEAP = ("-1073740940", "3221226356", "0xC0000374", "0xc0000374")
 _NT_ACCESS = ("-1073741819", "3221225477", "0xC0000005", "0xc0000005", "access violation")
 _NT_FAIL_FAST = ("-1073740791", "3221226505", "0xC0000409", "0xc0000409")  # STATUS_STACK_BUFFER_OVERRUN
 _NT_DIVIDE = ("-1073741676", "3221225620", "0xC0000094", "0xc0000094")  # STATUS_INTEGER_DIVIDE_BY_ZERO
-_NT_ILLEGAL = ("-1073741795", "3221225501", "0xC000001D", "0xc000001d", "0xC000001d")
 
 
 # Windows NTSTATUS codes in the order they are told apart, with the name the finding gives
 _NT_CODES = ((_NT_STACK_OVERFLOW, "stack overflow"), (_NT_HEAP, "heap corruption"), (_NT_ACCESS, "access violation"),
-             (_NT_FAIL_FAST, "fail-fast"), (_NT_DIVIDE, "divide by zero"), (_NT_ILLEGAL, "SIGILL"))
+             (_NT_FAIL_FAST, "fail-fast"), (_NT_DIVIDE, "divide by zero"))
 
 
 # zsh's word for SIGABRT, as a job report or for a foreground job ("zsh: abort      python train.py")

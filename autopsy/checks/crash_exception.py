@@ -36,6 +36,7 @@ from autopsy.checks.hang import ctrl_c_marked, waiting_frame
 from autopsy.checks.tb_causes import FRAMES_PREFIX, frames_text, gate_open, hit_context, read_before
 from autopsy.engine.types import CheckContext
 from autopsy.model import Confidence, Evidence, Finding
+from autopsy.parsers.log_tracebacks import CUT_OFF
 from autopsy.parsers.types import Hit, PatternSpec, Traceback
 
 # The last line of an uncaught exception: "ValueError: bad value", "AssertionError", "ZeroDivisionError: ...".
@@ -83,6 +84,10 @@ def _explained(tb: Traceback, explainers: Sequence[tuple[regex.Pattern[str], str
     if not tb.exc_type:
         # Cut off, or flattened onto one line: the exception text may sit in the last frame's code line.
         lines += [f.code for f in tb.frames[-2:] if f.code]
+    elif tb.message == CUT_OFF:
+        # IPython's header names the type before the frames ("OutOfMemoryError   Traceback (most recent
+        # call last)"); a paste cut before the last line leaves only that header to say what it was.
+        lines.append(f"{tb.exc_type}                          Traceback (most recent call last)")
     context: str | None = None
     for rx, gated_by in explainers:
         if any(rx.search(line) for line in lines):

@@ -227,6 +227,16 @@ def rank_failure(ctx: CheckContext) -> Iterable[Finding]:
         return [ctx.finding(msg, key=f"rank_failure:{facts['replica_type']}", facts=facts, evidence=evidence,
                             step=operator.step, wall_time=operator.wall_time)]
     meaning = _exit_meaning(facts.get("exitcode"), facts.get("signal"))
+    pod = next((h for h in hits if group(h, "pod")), None) if not failures else None
+    if pod is not None:
+        # the operator's event for a replica pod: it names the pod and its exit code, not a rank
+        facts["pod"] = group(pod, "pod")
+        facts["exitcode"] = group_int(pod, "exitcode")
+        meaning = _exit_meaning(facts["exitcode"], None)
+        msg = (f"Replica pod {facts['pod']} exited with code {facts['exitcode']} ({meaning}) ({where(pod)}); "
+               f"the pod's own log (kubectl logs --previous) says why its training died.")
+        return [ctx.finding(msg, key=f"rank_failure:pod:{facts['exitcode']}", facts=facts, evidence=evidence,
+                            step=pod.step, wall_time=pod.wall_time)]
     who = f"Rank {rank}" if rank is not None else "A rank"
     code = f" with exit code {facts['exitcode']}" if "exitcode" in facts else ""
     host = f" on {facts['host']}" if "host" in facts else ""

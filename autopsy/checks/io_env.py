@@ -20,7 +20,8 @@ from autopsy.model import Confidence, Finding
 from autopsy.parsers.types import Hit
 
 _WARNING_MARKERS = ("Warning:", "WARNING", "warnings.warn", "[W ")
-_SIGILL = regex.compile(r"Illegal instruction|illegal hardware instruction|signal 4: SIGILL")
+_SIGILL = regex.compile(r"(?i:illegal instruction)|illegal hardware instruction|signal 4: SIGILL"
+                        r"|-1073741795|3221225501|0x[Cc]000001[Dd]")
 
 
 def _path_of(hit: Hit) -> str | None:
@@ -123,7 +124,8 @@ def env_import(ctx: CheckContext) -> Iterable[Finding]:
 
     found = line_rule(ctx, names=("module_not_found", "module_not_found_flattened", "cannot_import_name",
                                   "undefined_symbol", "shared_object", "glibcxx", "numpy_abi", "cython_dtype_size",
-                                  "numpy_c_api_version", "import_error", "sigill_zsh", "sigill_fatal", "sigill_shell"),
+                                  "numpy_c_api_version", "import_error", "sigill_zsh", "sigill_fatal", "sigill_shell",
+                                  "sigill_windows"),
                       message=message, facts=facts, key=key, skip=skip)
     # SIGILL is nearly always a binary built for another CPU, but a program can also trap on purpose
     # (an abort compiled to an illegal instruction): likely, not certain.

@@ -35,6 +35,7 @@ from autopsy.checks.common import (
     rank_phrase,
     ranks_of,
     recovered,
+    scan_of,
     signal_name,
     size_to_gib,
     traceback_at,
@@ -118,7 +119,7 @@ def _pattern_of(ctx: CheckContext, hit: Hit) -> str:
 def cuda(ctx: CheckContext) -> Iterable[Finding]:
     """One finding per run: the first fatal GPU OOM, with figures, step, rank(s) and config citations."""
     min_after = int(ctx.params.get("progress_after_steps", 2))
-    hits = [h for h in hits_of(ctx) if not recovered(ctx.run, h, min_after)]
+    hits = [h for h in hits_of(ctx) if not recovered(ctx.run, h, min_after) and not _skipped(ctx, h)]
     if not hits:
         return []
     # The richest line of the earliest OOM event: prefer a line with figures over a bare one.
@@ -160,6 +161,30 @@ def cuda(ctx: CheckContext) -> Iterable[Finding]:
         key += f":{frame.function}"
     msg = _message(facts, lead, step, cited)
     return [ctx.finding(msg, key=key, facts=facts, evidence=evidence, step=step, wall_time=lead.wall_time)]
+
+
+# How close the loop's "skipping batch" follows the OOM line it is about, and how soon after it a
+# traceback means the skip did not save the run (fairseq's spawn traceback follows at once).
+_SKIP_WINDOW = 3
+_FAILED_SKIP_WINDOW = 10
+
+
+def _skipped(ctx: CheckContext, hit: Hit) -> bool:
+    """The training loop announced it caught this OOM and skipped the batch, and no traceback follows.
+
+    fairseq, MinkowskiEngine users' loops and Lightning modules catch the allocator's error, print
+    that they skip the batch, and go on; steps after it may be few or unlogged (a bar glued to the
+    next warning), so ``recovered`` alone misses them. A traceback right after the announcement is
+    the skip failing (a multi-GPU run whose other ranks waited for the skipped one): still fatal.
+    """
+    notes = [h.lineno for name in ("ctx_oom_skipped", "ctx_oom_recovering") for h in ctx.hits.get(name, ())
+             if h.path == hit.path and 0 <= h.lineno - hit.lineno <= _SKIP_WINDOW]
+    if not notes:
+        return False
+    note = min(notes)
+    scan = scan_of(ctx.run, hit.path)
+    tracebacks = scan.tracebacks if scan is not None else []
+    return not any(0 < tb.line_start - note <= _FAILED_SKIP_WINDOW for tb in tracebacks)
 
 
 def _savers_on(ctx: CheckContext) -> dict[str, Any]:

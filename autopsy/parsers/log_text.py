@@ -117,6 +117,11 @@ _SHELL_TAIL = re.compile(
     r"(?<=[^\sA-Za-z])(?:Killed|Terminated|Segmentation fault|Bus error|Aborted)(?: \(core dumped\))?\s*$")
 
 
+# The same report in a Chinese locale: bash's zh_CN "Killed" ("... ETA: 157s已杀死" after an mmcv
+# evaluation bar). A letter may precede it; a Chinese character before it is prose ("进程已杀死").
+_LOCALISED_TAIL = re.compile(r"(?<=[^\s\u3400-\u9fff])已杀死\s*$")
+
+
 def split_glued(text: str) -> list[str]:
     """A segment split where a message was glued onto a progress bar: [bar, message], else [text].
 
@@ -127,6 +132,10 @@ def split_glued(text: str) -> list[str]:
         m0 = _SHELL_TAIL.search(text)
         if m0 is not None and m0.start() > 0:
             return [text[:m0.start()], text[m0.start():]]
+    if text.rstrip().endswith("已杀死"):
+        m1 = _LOCALISED_TAIL.search(text)
+        if m1 is not None:
+            return [text[:m1.start()], text[m1.start():]]
     close = text.find("]")
     if close >= 0:
         for m in _TQDM_END.finditer(text):

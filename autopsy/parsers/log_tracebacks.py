@@ -44,6 +44,8 @@ MAX_TB_LINES = 2000  # a traceback still open after this many lines is closed as
 CHAIN_LOOKAHEAD = 8  # lines after a traceback within which a chain marker may follow
 
 HEADER = "Traceback (most recent call last):"
+# The message of a traceback the log ends (or another record interrupts) before its exception line.
+CUT_OFF = "(traceback cut off before its exception line)"
 _IPY_HEADER = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)\s+Traceback \(most recent call last\)\s*$")
 _IPY_CELL = re.compile(r"^(?P<file>(?:Cell|Input) In\s*\[\d+\]), (?:line (?P<line>\d+)|in (?P<func><[^>]*>|[^\s(]+))")
 _IPY_FILE = re.compile(r"^File (?P<file>\S.*?):(?P<line>\d+)(?:, in (?P<func><[^>]*>|[^\s(]+))?")
@@ -147,7 +149,7 @@ class TracebackTracker:
         message = "\n".join(st.message)
         exc_type = st.exc_type or st.header_type or ""
         if cut_off and not st.exc_type:
-            message = "(traceback cut off before its exception line)"
+            message = CUT_OFF
         tb = Traceback(path=self.path, line_start=st.start, line_end=max(end_line, st.start),
                        exc_type=exc_type, message=message[:MAX_MESSAGE_CHARS], frames=frames,
                        rank=st.rank, cause=st.cause, chain=st.chain, step=st.step, wall_time=st.wall_time)
