@@ -206,8 +206,13 @@ def _never_improved(ctx: CheckContext, s: Series) -> Finding | None:
     digits = max(significant_digits(float(x)) for x in v)
     if 10.0 ** (math.floor(math.log10(level)) - max(digits, 1) + 1) / level > float(ctx.param("short_min_improvement")):
         return None  # printed too coarsely ("5.0" ten times) to show an improvement of that size
+    if float(np.median(v[1:])) > float(ctx.param("short_diverged_factor")) * abs(first):
+        return None  # a loss that rose far above its start diverged: loss.spike and loss.nonfinite say so
     improvement = (first - best_later) / max(abs(first), 1e-12)
-    noise = 1.049 * float(np.median(np.abs(np.diff(v)))) / level  # sigma of white noise from |differences|
+    # Noise on the scale the improvement is measured on (the first point), or the series' level if that
+    # is larger: a loss that fell 100x has a tiny median, and its steps down are a trend, not noise.
+    scale = max(abs(first), level)
+    noise = 1.049 * float(np.median(np.abs(np.diff(v)))) / scale  # sigma of white noise from |differences|
     threshold = max(float(ctx.param("short_min_improvement")), float(ctx.param("short_noise_z")) * noise)
     pretrained = pretrained_entry(ctx)
     if pretrained is not None:
