@@ -55,8 +55,11 @@ class _Info:
     nullable: bool  # can match the empty string
 
 
-def regex_problems(pattern: str, *, ignore_case: bool = False) -> list[str]:
-    """Why ``pattern`` can backtrack catastrophically (empty: linear-safe by construction)."""
+def regex_problems(pattern: str | bytes, *, ignore_case: bool = False, anchored: bool = False) -> list[str]:
+    """Why ``pattern`` can backtrack catastrophically (empty: linear-safe by construction).
+
+    ``anchored``: the pattern is only ever applied with ``match``/``fullmatch`` (one start
+    position), so a leading repeat is not retried at every offset."""
     flags = re.IGNORECASE if ignore_case else 0
     try:
         tree = _p.parse(pattern, flags)
@@ -65,9 +68,10 @@ def regex_problems(pattern: str, *, ignore_case: bool = False) -> list[str]:
     icase = bool(tree.state.flags & re.IGNORECASE)
     walker = _Walker(icase)
     items = list(tree)
+    walker.collect_groups(items)
     # search() retries at every offset: an implicit lazy ".*" before the pattern (dropped at
     # the first mandatory element, and by an anchor)
-    walker.sequence(items, live=[(_START, _SAMPLE)], tail_can_fail=False)
+    walker.sequence(items, live=[] if anchored else [(_START, _SAMPLE)], tail_can_fail=False)
     return sorted(set(walker.problems))
 
 
@@ -75,6 +79,27 @@ class _Walker:
     def __init__(self, icase: bool) -> None:
         self.icase = icase
         self.problems: list[str] = []
+        self.groups: dict[int, list[Any]] = {}  # group number -> its items (what a backreference repeats)
+
+    def collect_groups(self, items: Iterable[Any]) -> None:
+        for op, av in items:
+            if op is _c.SUBPATTERN:
+                if av[0] is not None:
+                    self.groups[av[0]] = list(av[-1])
+                self.collect_groups(av[-1])
+            elif op in (_c.MAX_REPEAT, _c.MIN_REPEAT, _c.POSSESSIVE_REPEAT):
+                self.collect_groups(av[2])
+            elif op is _c.ATOMIC_GROUP:
+                self.collect_groups(av)
+            elif op is _c.BRANCH:
+                for b in av[1]:
+                    self.collect_groups(b)
+            elif op in (_c.ASSERT, _c.ASSERT_NOT):
+                self.collect_groups(av[1])
+            elif op is _c.GROUPREF_EXISTS:
+                self.collect_groups(av[1])
+                if av[2] is not None:
+                    self.collect_groups(av[2])
 
     # ----------------------------------------------------------------- character sets
 
@@ -130,6 +155,25 @@ class _Walker:
             nullable = nullable and i.nullable
         return _Info(frozenset(chars), nullable)
 
+    def can_fail(self, items: Iterable[Any]) -> bool:
+        """Whether a sequence can fail to match where it is tried: it must consume something, or
+        holds an assertion (``$``, ``\\b``, a lookaround) that the text can refuse. A trailing
+        ``\\s*$`` can fail, and each failure sends the engine back into the repeats before it."""
+        for op, av in items:
+            if op in (_c.AT, _c.ASSERT, _c.ASSERT_NOT, _c.GROUPREF):
+                return True
+            if not self._atom_info(op, av).nullable:
+                return True
+            if op is _c.SUBPATTERN and self.can_fail(av[-1]):
+                return True
+            if op is _c.ATOMIC_GROUP and self.can_fail(av):
+                return True
+            if op is _c.BRANCH and all(self.can_fail(b) for b in av[1]):
+                return True
+            if op in (_c.MAX_REPEAT, _c.MIN_REPEAT, _c.POSSESSIVE_REPEAT) and av[0] > 0 and self.can_fail(av[2]):
+                return True
+        return False
+
     def _atom_info(self, op: Any, av: Any) -> _Info:
         if op is _c.LITERAL:
             return _Info(self._fold(chr(av)), False)
@@ -154,8 +198,8 @@ class _Walker:
             _group, yes, no = av
             parts = [self.info(yes)] + ([self.info(no)] if no is not None else [_Info(frozenset(), True)])
             return _Info(frozenset().union(*(p.chars for p in parts)), any(p.nullable for p in parts))
-        if op is _c.GROUPREF:
-            return _Info(_SAMPLE, True)
+        if op is _c.GROUPREF:  # the text its group matched: what the group can consume
+            return self.info(self.groups[av]) if av in self.groups else _Info(_SAMPLE, True)
         return _Info(frozenset(), True)  # AT, ASSERT, ASSERT_NOT: zero-width
 
     def sequence(self, items: list[Any], live: list[tuple[str, frozenset[str]]],
@@ -170,7 +214,7 @@ class _Walker:
         """
         live = list(live)
         for k, (op, av) in enumerate(items):
-            rest_can_fail = tail_can_fail or not self.info(items[k + 1:]).nullable
+            rest_can_fail = tail_can_fail or self.can_fail(items[k + 1:])
             if op in (_c.MAX_REPEAT, _c.MIN_REPEAT):
                 _lo, hi, body = av
                 b = self.info(body)
@@ -185,9 +229,9 @@ class _Walker:
                                 self.problems.append(
                                     f"ambiguous adjacent repeats: {_show(op, av)} can consume what {name} "
                                     f"consumes ({_sample(pump & b.chars)})")
-                    live = [*self._through(live, b), (_show(op, av), b.chars)]
-                else:
-                    live = self._through(live, b)
+                    live = [*self._through(live, self._atom_info(op, av)), (_show(op, av), b.chars)]
+                else:  # an optional one (x?, x{0,3}) narrows nothing: it can match empty
+                    live = self._through(live, self._atom_info(op, av))
                 continue
             if op is _c.POSSESSIVE_REPEAT or op is _c.ATOMIC_GROUP:
                 # It never gives characters back, but each retry of an earlier repeat runs it

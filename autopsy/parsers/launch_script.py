@@ -23,8 +23,8 @@ SOURCE = "launch_flag"
 _LAUNCHERS = re.compile(r"^(?:python[0-9.]*|torchrun|accelerate|deepspeed|lightning|composer|tune|"
                         r"python[0-9.]*\s+-m\s+torch\.distributed\.(?:run|launch))$")
 _ENV = re.compile(r"^(?:export\s+)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$")
-_SBATCH = re.compile(r"^#SBATCH\s+(?P<flag>--?[A-Za-z][\w-]*)(?:[=\s]+(?P<value>\S.*?))?\s*(?:#.*)?$")
-_NUMBER = re.compile(r"^[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)$")
+_SBATCH = re.compile(r"^#SBATCH\s+(?P<flag>--?[A-Za-z][\w-]*)(?:[=\s]+(?P<value>\S(?:[^#]*[^\s#])?))?\s*(?:#.*)?$")
+_NUMBER = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)$")
 _MAX_LINES = 20_000
 # Bounds on a pathological script (one 16 MB line, millions of continuations, runs of
 # unbalanced quotes): shlex is pure Python, so only short lines go through it.

@@ -31,8 +31,8 @@ TRIGGERS = (b"Overriding", b"found vocab_size", b"***** Running", b"Num examples
             b"Total optimization steps", b"Number of trainable parameters")
 
 _CONFIG_FILE = re.compile(r"^Overriding config with (?P<file>\S.*?):\s*$")
-_OVERRIDE = re.compile(r"^Overriding: (?P<key>[A-Za-z_]\w*) = (?P<value>.*?)\s*$")
-_ASSIGN = re.compile(r"^(?P<key>[A-Za-z_]\w*)\s*=\s*(?P<value>[^#]*?)\s*(?:#.*)?$")
+_OVERRIDE = re.compile(r"^Overriding: (?P<key>[A-Za-z_]\w*) = (?P<value>(?:.*\S)?)\s*$")
+_ASSIGN = re.compile(r"^(?P<key>[A-Za-z_]\w*)\s*=\s*+(?P<value>(?:[^#]*[^\s#])?)\s*(?:#.*)?$")
 _FOUND_VOCAB = re.compile(r"\bfound vocab_size = (?P<value>\d+)")
 _HF_SECTION = re.compile(r"\*{5} Running (?P<name>[A-Za-z ]+?) \*{5}")
 _HF_FIELD = re.compile(

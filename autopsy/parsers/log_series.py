@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -33,10 +33,10 @@ __all__ = ["MAX_SERIES_POINTS", "MAX_STEP", "_NO_STEP", "SeriesStore", "point"] 
 
 # ------------------------------------------------------------------------ HF dicts
 
-_NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|NaN|inf|Inf|Infinity)"
+_NUM = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|NaN|inf|Inf|Infinity)"
 # Lightning's tqdm bar pads every float to five characters, non-finite ones too: "nan.0", "inf.0"
 # (lightning.pytorch.callbacks.progress.tqdm_progress.Tqdm.format_num). Bar postfixes only.
-_NUM_BAR = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|(?:nan|NaN|inf|Inf)(?:\.0)?|Infinity)"
+_NUM_BAR = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|(?:nan|NaN|inf|Inf)(?:\.0)?|Infinity)"
 # transformers >= 5 quotes every value ({'loss': '4.963', 'grad_norm': 'nan'}): a quoted value
 # counts only when the whole string is a number, so {'run_name': 'exp-1'} stays out.
 _DICT_KV = re.compile(
@@ -131,14 +131,17 @@ def parse_dict_line(text: str) -> tuple[list[str], list[float]] | None:
 # ---------------------------------------------------------------------- step lines
 
 _STEP_HEAD = re.compile(
-    r"(?<![\w/.\-])(?:global[_ ]step|step|iter(?:ation)?)\s*[:=#]?\s*(\d{1,12})(?:\s*/\s*(\d{1,12}))?(?![\w.])",
+    r"(?<![\w/.\-])(?:global[_ ]step|step|iter(?:ation)?)\s*+(?:[:=#]\s*+)?(\d{1,12})(?:\s*/\s*(\d{1,12}))?(?![\w.])",
     re.IGNORECASE,
 )
 _STEP_KV = re.compile(
-    r"([A-Za-z][\w/.\-]*(?: [A-Za-z][\w/\-]*)?)\s*(?:[:=]\s*|\s)\s*"
-    r"([-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|nan|NaN|inf|Inf))"
+    r"([A-Za-z][\w/.\-]*(?: [A-Za-z][\w/\-]*)?)(?:\s*[:=]\s*|\s+)"
+    r"([-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+|nan|NaN|inf|Inf))"
     r"(ms|us|µs|min|s|m|h|%)?(?![\w.])"
 )
+_LETTER = re.compile(r"[A-Za-z]")
+_KEY_RUN = re.compile(r"[\w/.\-]*")
+_KEY_FIRST = re.compile(r"[A-Za-z_]")
 _TIME_UNITS = {"ms": 1e-3, "us": 1e-6, "µs": 1e-6, "s": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0}
 _NOT_TAGS = frozenset({"step", "iter", "iteration", "global_step", "global step", "epoch step", "eta"})
 # mmengine (``Iter(train) [  10/5000]``, ``Epoch(train)  [2][ 50/500]``), mmcv 1.x runners
@@ -162,9 +165,29 @@ class StepLine:
     epoch: int | None = None  # an epoch counter printed on the line: ``step`` may restart each epoch
 
 
+def _kv_matches(text: str, start: int, rx: re.Pattern[str] | None = None,
+                first: re.Pattern[str] = _LETTER) -> Iterator[re.Match[str]]:
+    """What ``rx.finditer(text, start)`` finds (``_STEP_KV``; ``_POSTFIX_KV`` with ``first``
+    ``_KEY_FIRST``: the same argument holds), in linear time.
+
+    A key's first word runs to the end of its run of key characters (``[\\w/.\\-]``: what
+    follows must be a blank, ``:`` or ``=``), so a key that fails at the run's first letter
+    fails at each later letter too: the search skips the run instead of retrying at every
+    letter (finditer's retries made a 64 KB word quadratic: issue 14)."""
+    pos, rx = start, rx or _STEP_KV
+    while (lm := first.search(text, pos)) is not None:
+        km = rx.match(text, lm.start())
+        if km is not None:
+            yield km
+            pos = km.end()
+        else:
+            run = _KEY_RUN.match(text, lm.start())
+            pos = run.end() if run is not None else lm.end()
+
+
 def _values(text: str, start: int) -> list[tuple[str, float]]:
     values = []
-    for km in _STEP_KV.finditer(text, start):
+    for km in _kv_matches(text, start):
         key = km.group(1).strip()
         if key.lower() in _NOT_TAGS or SOURCE_FILE.search(key):
             continue
@@ -246,10 +269,21 @@ class EpochStepGuard:
 
 # --------------------------------------------------------------------- progress bars
 
+# Linear on any line (issue 14: the unguarded form took cubic time on a line of blanks and
+# quadratic on runs of digits or a "[" never closed). Each change keeps the matches of ordinary
+# bars (checked against the old form on random bar-shaped text):
+# - a description never ends in ":" or a blank (the lazy repeat stops before them);
+# - it starts at the line's start or after "|", ":", a blank or "]" (a start inside a word was
+#   covered by the word's start), and is at most 128 characters: a longer one is cut at such a
+#   place within its last 128, which still holds the part that names the phase ("Epoch 3",
+#   "Validation");
+# - an empty description is not tried inside a run of ":"/blanks, nor a count inside a run of
+#   digits: the run's first character was tried already and reaches the same ends;
+# - runs that only a failure could give back are possessive (``*+``, ``++``).
 _BAR = re.compile(
-    r"(?:(?P<desc>[^|]*?)[:\s]*(?P<pct>\d{1,3})%\|[^|]*\|\s*)?"
-    r"(?P<n>\d+)(?:/(?P<total>\d+))?(?:it)?\s*\[[^\],\]]*"
-    r"(?:,\s*(?P<rate>\d+(?:\.\d+)?|\?)\s*(?P<unit>it/s|s/it))?(?P<post>[^\]]*)\]"
+    r"(?:(?:(?<![:\s])|(?<![^|:\s\]])(?P<desc>[^|]{0,127}?[^|:\s]))[:\s]*+(?P<pct>\d{1,3})%\|[^|]*+\|\s*)?"
+    r"(?<!\d)(?P<n>\d++)(?:/(?P<total>\d++))?(?:it)?\s*\[[^\],]*+"
+    r"(?:,\s*(?P<rate>\d+(?:\.\d+)?|\?)\s*(?P<unit>it/s|s/it))?(?P<post>[^\]]*+)\]"
 )
 _POSTFIX_KV = re.compile(r"([A-Za-z_][\w/.\-]*)=(" + _NUM_BAR + r")(?![\w.])")
 # Lightning's bar description ("Epoch 3: 45%|...") counts epochs from 0; "Epoch 1/10" does not.
@@ -352,7 +386,7 @@ def _bar_from(best: re.Match[str]) -> Bar:
     rate_s = best.group("rate")
     rate = float(rate_s) if rate_s and rate_s != "?" else None
     post = []
-    for km in _POSTFIX_KV.finditer(best.group("post") or ""):
+    for km in _kv_matches(best.group("post") or "", 0, _POSTFIX_KV, _KEY_FIRST):
         if km.group(1) == "v_num":
             continue
         try:

@@ -55,12 +55,12 @@ _IPY_CONTEXT = re.compile(r"^\s+\d+\s")
 _FLAT_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>[^\s]+))?')
 _FLAT_EXC = re.compile(
     r"(?<![\w.])(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure|Fault|Timeout"
-    r"|Warning|Iteration))(?::\s*(?P<msg>.*?))?\s*$"
+    r"|Warning|Iteration))(?::\s*(?P<msg>(?:.*\S)?))?\s*$"
 )
 _CONTEXT = "During handling of the above exception, another exception occurred:"
 _CAUSE = "The above exception was the direct cause of the following exception:"
 
-_FRAME = re.compile(r'\s*>?\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.+?))?\s*$')
+_FRAME = re.compile(r'\s*(?:>\s*)?File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.(?:.*\S)?))?\s*$')
 _EXC = re.compile(r"(?P<type>[A-Za-z_][\w.]*)(?::(?: (?P<msg>.*))?)?\s*$")
 # A line that is surely a new record, not part of an exception message.
 _NEW_RECORD = re.compile(

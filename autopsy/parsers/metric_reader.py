@@ -51,7 +51,9 @@ _METRIC_WORD = re.compile(
     r"|learning.rate|norm|precision|recall|(?<![a-z])[wc]er(?![a-z])|rouge|(?<![a-z])kl(?![a-z])|entropy|nll|mse|mae"
     r"|dice|top-?[15]|psnr|ssim|(?<![a-z])fid(?![a-z])|bpb|bpc"
 )
-_CONFIG_LIKE = re.compile(r"Namespace\(|[\w.]+=(?:['\"]|True\b|False\b|None\b|[A-Za-z])")
+# "key=text" settings, found from their "=" (see _settings): a key searched from every offset,
+# "[\w.]+=...", took quadratic time on a 64 KB word (issue 14).
+_CONFIG_EQ = re.compile(r"(?<=[\w.])=(?:['\"]|True\b|False\b|None\b|[A-Za-z])")
 # settings, not measurements: a line assigning one of these is a configuration line
 # (fairseq's "num_updates=371" on every line is its step counter, not a setting)
 _CONFIG_KEY = re.compile(r"(?i)(?<![\w/])(?:max_|min_|num_|n_)(?!(?:updates|iter)\s*[=:])\w+\s*[=:]"
@@ -95,10 +97,25 @@ def timing_key(key: str) -> bool:
     return canonical_metric(key) in (STEP_TIME, DATA_TIME) or any(w in low for w in ("time", "eta", "wall"))
 
 
+def _settings(text: str) -> int:
+    """How many ``key=text`` settings ``text`` holds, up to 2: the count of the non-overlapping
+    matches of ``[\\w.]+=(?:['"]|True\\b|False\\b|None\\b|[A-Za-z])`` from left to right, read
+    from each "=": one counts when the character before it is a key character that the previous
+    setting did not take (its value may end right before the "=": "a=b=c" is one setting)."""
+    count = end = 0
+    for m in _CONFIG_EQ.finditer(text):
+        if m.start() > end:
+            count += 1
+            end = m.end()
+            if count == 2:
+                break
+    return count
+
+
 def config_like(text: str) -> bool:
     """A configuration line: ``Namespace(``, two or more ``key=text``/``key=True`` settings, or a dict
     introduced as settings (``config: {...}``)."""
-    if "Namespace(" in text or len(_CONFIG_LIKE.findall(text)) >= 2 or _CONFIG_KEY.search(text):
+    if "Namespace(" in text or _settings(text) >= 2 or _CONFIG_KEY.search(text):
         return True
     brace = text.find("{")
     return brace > 0 and settings_dict_head(text, brace)

@@ -19,16 +19,24 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 
 # Value spellings. The tensor/np wrappers keep their number as group "v".
-_BARE = (r"[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?"
+_BARE = (r"[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?"
          r"|[Nn]a[Nn]|NAN|[Ii]nf(?:inity)?|INF)")
 NUM = (r"(?:tensor\(\s*|np\.float\d*\(\s*|array\(\s*)?['\"]?(?P<v>" + _BARE + r")['\"]?"
        r"(?:\s*,\s*(?:device|dtype|grad_fn|requires_grad)=[^)]*)?\)?")
 _END = r"(?![\w.:/\-])"  # a value ends the token: "2.1.0", "12:30", "3/10" and "1e-4x" are not values
 
+# Files, file:line (solver.cpp:228). Tried from the start of a run of path characters only: a
+# later start in the run reaches the same ends, and trying every "\b" inside it made "a.a.a..."
+# quadratic (issue 14). A name glued to an earlier mask ("2024-01-01-run3.log",
+# "v1.0.0/model_100.pt") starts a run once that mask is blanked: :func:`mask` searches again.
+_FILE = (r"(?<![\w.\-])(?<![\w.\-]/)[\w.\-]+(?:/[\w.\-]+)*\.(?:py|pyc|cpp|cc|c|h|hpp|cu|pt|pth|ckpt|bin|json"
+         r"|ya?ml|txt|log|csv|h5|npz|npy|pkl|safetensors|keras)(?::\d+)?\b")
+_FILES = re.compile(_FILE)
 # Masked before reading pairs: what has digits but is not a measured value.
 _MASKS = re.compile(
     r"\d{4}-\d\d-\d\d(?:[T ]\d\d:\d\d(?::\d\d)?(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)?"  # ISO dates and times
@@ -36,9 +44,7 @@ _MASKS = re.compile(
     r"|\b\d\d:\d\d\b(?!\s*[<,])"  # mm:ss (not tqdm's "00:12<00:30," which the bar reader takes)
     r"|\bv?\d+\.\d+\.\d+(?:[.\-+]\w+)*"  # versions 2.1.0, v1.13.1+cu117
     r"|(?<![\w/])(?:[A-Za-z]:\\|~/|\.{1,2}/|/)[^\s,;'\"|()\]]*"  # absolute or ./ paths
-    r"|\b[\w.\-]+(?:/[\w.\-]+)*\.(?:py|pyc|cpp|cc|c|h|hpp|cu|pt|pth|ckpt|bin|json|ya?ml|txt|log|csv|h5|npz|npy"
-    r"|pkl|safetensors|keras)(?::\d+)?\b"  # files, file:line (solver.cpp:228)
-    r"|\b(?:INFO|DEBUG|WARNING|WARN|ERROR|CRITICAL|TRACE|NOTICE)\b"  # log levels glued to a key
+    r"|" + _FILE + r"|\b(?:INFO|DEBUG|WARNING|WARN|ERROR|CRITICAL|TRACE|NOTICE)\b"  # log levels glued to a key
     # addresses, hashes; not the digits after a decimal point ("loss:2.4166030883789062" is a float)
     r"|\b0x[0-9a-fA-F]+|(?<!\.)\b[0-9a-f]{12,}\b"
 )
@@ -59,9 +65,10 @@ STEP_WORDS = frozenset({"step", "steps", "global_step", "global step", "iter", "
                         "batch", "epoch", "ep", "update", "updates", "num_updates", "train_step", "_step",
                         "trainer/global_step", "train/global_step", "train/step", "total_steps", "n_iter"})
 _EPOCH_WORDS = frozenset({"epoch", "ep"})
+# blanks, ":" and "[" each once, possessive (issue 14: "\s*[:=#]?\s*\[?\s*" was cubic on blanks)
 _POSITION = re.compile(
-    r"(?i)(?<![\w/])(?P<w>global[_ ]step|step|iter(?:ation)?|it|batch|epoch|ep|update)\b\s*[:=#]?\s*"
-    r"\[?\s*(?P<n>\d{1,12})\s*(?:/\s*(?P<t>\d{1,12})\s*)?\]?(?![\d.])"
+    r"(?i)(?<![\w/])(?P<w>global[_ ]step|step|iter(?:ation)?|it|batch|epoch|ep|update)\b\s*+(?:[:=#]\s*+)?"
+    r"(?:\[\s*+)?(?P<n>\d{1,12})\s*(?:/\s*(?P<t>\d{1,12})\s*)?\]?(?![\d.])"
 )
 
 
@@ -103,7 +110,8 @@ def mask(text: str) -> str:
     Cached for the last few lines: the reader masks one line up to four times (its template,
     its step, its split, its pairs), and on a progress bar redrawn every step that was half
     the cost of reading it."""
-    return _MASKS.sub(_blank, text)
+    masked, n = _MASKS.subn(_blank, text)
+    return _FILES.sub(_blank, masked) if n else masked
 
 
 def _blank(m: re.Match[str]) -> str:
@@ -133,9 +141,36 @@ def pairs(text: str, start: int = 0, *, masked: bool = False) -> list[tuple[str,
             elif cell.strip():
                 out.extend(pairs(cell, masked=True))
         return out
-    for m in _PAIR.finditer(text, start):
+    for m in _pair_matches(text, start):
         _add(out, m)
     return out
+
+
+_PAIR_START = re.compile(r"(?<![\w.])[A-Za-z_]")
+_NONFINITE_WORD = re.compile(r"(?:nan|NaN|NAN|inf|Inf|INF)\b")
+_KEY_RUN = re.compile(r"[\w./\-]*")
+
+
+def _pair_matches(text: str, start: int) -> Iterator[re.Match[str]]:
+    """What ``_PAIR.finditer(text, start)`` finds, in linear time.
+
+    A key's first word runs to the end of its run of key characters (what may follow it, a
+    quote, "[", a blank, "(" or a separator, is none), so a start that fails fails at every
+    later start in the run too, unless the look-ahead refusing "nan"/"inf" words refused it:
+    the search skips the run instead of retrying inside it ("a-a-a-..." was quadratic, 64 KB
+    of it ran for hours: issue 14)."""
+    pos = start
+    while (sm := _PAIR_START.search(text, pos)) is not None:
+        p = sm.start()
+        m = _PAIR.match(text, p)
+        if m is not None:
+            yield m
+            pos = m.end()
+        elif _NONFINITE_WORD.match(text, p):
+            pos = p + 1
+        else:
+            run = _KEY_RUN.match(text, p)
+            pos = run.end() if run is not None else p + 1
 
 
 # "train.py:42", "trainer.cc:118": the source location a logging format prints (rich's log handler
@@ -195,7 +230,9 @@ def step_of(text: str) -> Position:
 _SPLIT_CONTEXT = re.compile(
     r"(?i)(?:\((?P<paren>train|val|valid|eval|test)\)"  # mmengine Epoch(val)
     r"|^\W*(?P<head>train(?:ing)?|val(?:id|idation|idating)?|eval(?:uation|uating)?|test(?:ing)?)(?:\s+set)?\s*[:\]|]"
-    r"|\*{3,}\s*(?P<hf>train|eval|test|predict)\s+metrics\s*\*{3,})"  # HF Trainer's metrics blocks
+    # HF Trainer's metrics blocks; a run of stars is tried from its first star only (a later start
+    # reaches the same ends: without the guard, a line of 64 KB of stars took quadratic time)
+    r"|(?<!\*)\*{3,}\s*(?P<hf>train|eval|test|predict)\s+metrics\s*\*{3,})"
 )
 _SPLIT_NAMES = {"train": "train", "training": "train", "val": "val", "valid": "val", "validation": "val",
                 "validating": "val", "eval": "eval", "evaluation": "eval", "evaluating": "eval", "test": "test",
@@ -215,7 +252,7 @@ def split_word(text: str) -> str:
 # A dict the line introduces as settings (W&B's debug.log ``config: {'learning_rate': 0.05, ...}``,
 # ``hparams = {...}``, ``args: {...}``) is a configuration dump, not a logged step.
 _CONFIG_HEAD = re.compile(r"(?i)(?<![a-z])(?:config|configuration|hparams|hyper_?param(?:eter)?s|args|arguments"
-                          r"|settings|kwargs|training_args)\s*[:=]?\s*$")
+                          r"|settings|kwargs|training_args)\s*+(?:[:=]\s*+)?$")
 
 
 def settings_dict_head(text: str, brace: int) -> bool:
