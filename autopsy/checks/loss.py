@@ -27,6 +27,7 @@ from autopsy.checks.series import (
     rounded,
     theil_sen_slope,
 )
+from autopsy.checks.spike_short import brief_loss_spike, short_spike
 from autopsy.engine.types import CheckContext, NotEvaluated
 from autopsy.model import Confidence, Evidence, Finding, Severity
 
@@ -48,7 +49,7 @@ def spike(ctx: CheckContext) -> Iterable[Finding]:
     loss = load_series(run, "loss")
     min_points = int(ctx.param("min_points"))
     if (gnorm is None or len(gnorm.finite()) < min_points) and (loss is None or len(loss.finite()) < min_points):
-        return _short_spike(ctx, gnorm, loss, min_points)
+        return short_spike(ctx, gnorm, loss, min_points)
     events: list[dict[str, Any]] = []
     used: Series | None = None
     if gnorm is not None and len(gnorm.finite()) >= min_points:
@@ -65,7 +66,9 @@ def spike(ctx: CheckContext) -> Iterable[Finding]:
         _annotate_loss(ev, lf, ctx)
     unrecovered = [e for e in events if e.get("recovered") is False]
     if not unrecovered and len(events) < int(ctx.param("repeated_spikes_min")):
-        return []  # an isolated spike that training shrugged off is not a finding
+        # An isolated spike that training shrugged off is not a finding, unless the loss itself jumped to
+        # several times its running median for a point or two: the brief jump a reader of the log sees.
+        return brief_loss_spike(ctx, lf) if lf is not None and len(lf) >= min_points else []
     worst = max(events, key=lambda e: float(e["ratio"]))
     facts: dict[str, object] = {
         "metric": used.metric, "tag": used.tag, "path": used.path, "n_spikes": len(events),
@@ -94,57 +97,6 @@ def spike(ctx: CheckContext) -> Iterable[Finding]:
                 for e in events[:5]]
     return [ctx.finding(msg, key=f"loss.spike:{used.metric}", facts=facts, evidence=evidence, severity=severity,
                         step=int(worst["step"]))]
-
-
-def _short_spike(ctx: CheckContext, gnorm: Series | None, loss: Series | None, min_points: int) -> list[Finding]:
-    """A short excerpt (``short_min_points`` up to ``min_points``): no running median can be trusted,
-    so each point is compared with the median of every point before it (at least three) and
-    must be ``ratio`` times it and ``short_robust_z`` robust deviations above it (the deviation
-    floored at ``short_noise_floor`` of the level, so three equal points do not make any wiggle
-    infinite). A jump that size among a handful of logged points is what the person who posted
-    them saw; it is reported with low confidence even when the points after it come back down."""
-    short_min = int(ctx.param("short_min_points"))
-    cands = [(s.finite(), float(ctx.param(r))) for s, r in ((gnorm, "ratio_to_median"), (loss, "short_loss_ratio"))
-             if s is not None]
-    cands = [(s, r) for s, r in cands if len(s) >= short_min]
-    if not cands:
-        raise NotEvaluated(f"no grad_norm or loss series with at least {short_min} finite points "
-                           f"({min_points} for the running-median test)")
-    z, floor = float(ctx.param("short_robust_z")), float(ctx.param("short_noise_floor"))
-    for s, ratio in cands:
-        v = s.values
-        hot = np.zeros(len(v), dtype=bool)
-        base = np.full(len(v), np.nan)
-        for i in range(3, len(v)):
-            b = float(np.median(v[:i]))
-            spread = max(1.4826 * float(np.median(np.abs(v[:i] - b))), floor * abs(b))
-            base[i] = b
-            hot[i] = b > 0 and v[i] >= ratio * b and v[i] - b >= z * spread
-        if not hot.any():
-            continue
-        i = int(np.argmax(hot))
-        j = i
-        while j + 1 < len(v) and hot[j + 1]:
-            j += 1
-        peak = i + int(np.argmax(v[i:j + 1]))
-        b = float(base[i])
-        after = v[j + 1:]
-        back = bool(after.size and float(np.median(after[-max(1, after.size // 2):])) < b * ratio / 2) \
-            if after.size else None
-        tail = ("and came back down" if back else "and stayed up" if back is False
-                else "at the end of what was logged")
-        msg = (f"{s.metric} jumped to {_num(float(v[peak]))} at step {int(s.steps[peak])}, "
-               f"{_num(float(v[peak]) / b)}x the median {_num(b)} of the {i} points before the jump began "
-               f"(step {int(s.steps[i])}), {tail} (a short series: {len(v)} logged points).")
-        facts: dict[str, object] = {"metric": s.metric, "tag": s.tag, "path": s.path, "n_points": len(v),
-                                    "step": int(s.steps[peak]), "value": rounded(float(v[peak]), 4),
-                                    "baseline": rounded(b, 4), "ratio": rounded(float(v[peak]) / b, 3),
-                                    "recovered": back, "short_series": True}
-        ev = [s.evidence(step=int(s.steps[k]), excerpt=f"{s.tag}={_num(float(v[k]))} vs median {_num(float(base[k]))}")
-              for k in range(i, j + 1)][:5]
-        return [ctx.finding(msg, key=f"loss.spike:{s.metric}:short", facts=facts, evidence=ev,
-                            severity=Severity.WARNING, confidence=Confidence.LOW, step=int(s.steps[peak]))]
-    return []
 
 
 def _events(s: Series, ratio: float, ctx: CheckContext, robust_z: float | None) -> list[dict[str, Any]]:

@@ -278,7 +278,9 @@ def nan_stop(ctx: CheckContext, names: Sequence[str], *, series_step: int | None
     lead = hits[0]
     jax_op = lead.groups.get("jax_op")
     facts: dict[str, object] = {"stopped_by": "keras TerminateOnNaN" if "Invalid loss" in lead.text
-                                else "JAX debug_nans" if jax_op else "tensorflow NanTensorHook",
+                                else "JAX debug_nans" if jax_op
+                                else "its own NaN check" if "aborting training" in lead.text.lower()
+                                else "tensorflow NanTensorHook",
                                 "line": lead.text.strip()[:300]}
     for g in ("batch", "step"):
         value = lead.groups.get(g)

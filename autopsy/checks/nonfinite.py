@@ -101,7 +101,8 @@ def nonfinite(ctx: CheckContext) -> Iterable[Finding]:
         others = [s for s in others if s.metric != LOSS]
     elif loss is not None:  # a copy of the training loss in another source repeats the same values
         others = [s for s in others if s.metric != LOSS or s.source == loss.source]
-    stop_names = ("tf_nan_loss", "keras_terminate_nan", "jax_debug_nans")  # the framework stopped on a NaN loss
+    # the framework (or the job itself) stopped on a NaN loss
+    stop_names = ("tf_nan_loss", "keras_terminate_nan", "jax_debug_nans", "nan_loss_abort")
     if loss is None and gnorm is None and not others:
         stopped = nan_stop(ctx, stop_names)
         lines = nan_lines(ctx) if not stopped else []
@@ -194,8 +195,9 @@ def nan_lines(ctx: CheckContext) -> list[Finding]:
 
 
 # The card's nan_loss_line regex, re-run on a hit's line to find where the key is (same shape).
-_NAN_LOSS = re.compile(r"(?i)(?<![a-z])(?P<word>loss|nll)(?![a-z])[\w/.-]{0,40}['\"]?\s{0,8}[:=]\s{0,8}"
-                       r"(?:tensor\()?(?P<value>[-+]?(?:nan|inf(?:inity)?))(?![a-z])")
+_NAN_LOSS = re.compile(r"(?i)(?<![a-z])(?P<word>loss|nll)(?![a-z])[\w/.-]{0,40}['\"]?"
+                       r"(?:\s{0,8}[:=]\s{0,8}|\s{0,8}(?=\[))(?:tensor\(|\[\s{0,8})?"
+                       r"(?P<value>[-+]?(?:nan|inf(?:inity)?))(?![a-z])")
 
 
 def _judge(ctx: CheckContext, s: Series, *, key: str, loss_ok: bool, also: list[str] | None = None) -> Finding | None:

@@ -112,12 +112,25 @@ def _frozen_run(ctx: CheckContext, s: Series) -> int | None:
     if last == 0.0:
         # A loss printed as 0 after falling to it is a converged loss rounded by the printing (HF rounds to
         # 4 decimals); only a loss that is 0 from its first logged point computes nothing.
-        return i if i == 0 else None
+        return i if i == 0 and not _yolox_l1(ctx, s) else None
     if significant_digits(last) < int(ctx.param("frozen_min_digits")):
         return None  # "0.02" printed five times is the printing's precision, not a frozen model
     if _bar_frames(ctx, s, s.steps[i:]):
         return None  # a progress bar re-displays its last logged value on every frame
     return i
+
+
+_YOLOX_LOSSES = frozenset({"iou_loss", "conf_loss", "cls_loss"})
+
+
+def _yolox_l1(ctx: CheckContext, s: Series) -> bool:
+    """YOLOX's ``l1_loss``, printed beside its ``iou_loss``, ``conf_loss`` and ``cls_loss``: 0.0 by design until
+    the last no-augmentation epochs switch the L1 term on (``use_l1``), not a loss that computes nothing."""
+    if s.tag.lower() != "l1_loss":
+        return False
+    df = ctx.run.scalars
+    tags = {str(t).lower() for t in df.loc[df["path"].astype(str) == s.path, "tag"].unique()}
+    return _YOLOX_LOSSES <= tags
 
 
 _BAR_RATES = frozenset({"it/s", "s/it"})
@@ -190,6 +203,31 @@ def pretrained_entry(ctx: CheckContext) -> str | None:
     return None
 
 
+def _in_warmup(ctx: CheckContext, s: Series) -> bool:
+    """Does the logged LR rise at every one of its points over the loss's steps (at least three)? Then the
+    excerpt lies inside the LR warmup (YOLOX's first 50 iterations at lr 7.7e-07 -> 1.9e-05): a loss is not
+    expected to have improved on its first point yet, and "never improved" is not judged."""
+    lr = load_series(ctx.run, "lr")
+    if lr is None:
+        return False
+    lf = lr.finite()
+    v = lf.values[(lf.steps >= s.steps[0]) & (lf.steps <= s.steps[-1])]
+    return v.size >= 3 and bool(np.all(np.diff(v) > 0))
+
+
+def _learned_before_first_eval(ctx: CheckContext, first_eval: float) -> bool:
+    """Was the first evaluation already far below the training loss's first logged value (less than
+    ``learned_eval_fraction`` of it)? Then the model learned before it was first evaluated (an epoch-end
+    validation after a whole epoch of training: ``Training Loss: 0.173 Validation Loss: 0.072``), and an
+    evaluation loss that stays at that level is a converged one, not a model that never learned: a model that
+    learns nothing scores its evaluation set about as badly as its training batches."""
+    train = load_series(ctx.run, LOSS)
+    if train is None or not len(train.finite()):
+        return False
+    first_train = float(train.finite().values[0])
+    return first_train > 0 and first_eval < float(ctx.param("learned_eval_fraction")) * first_train
+
+
 def _never_improved(ctx: CheckContext, s: Series) -> Finding | None:
     from autopsy.checks.loss import mid_run_start
 
@@ -218,6 +256,10 @@ def _never_improved(ctx: CheckContext, s: Series) -> Finding | None:
     if pretrained is not None:
         threshold = -threshold  # a fine-tune starts near its best: only a loss that got worse counts
     if improvement >= threshold:
+        return None
+    if improvement >= 0 and s.metric == EVAL_LOSS and _learned_before_first_eval(ctx, first):
+        return None
+    if s.metric == LOSS and _in_warmup(ctx, s):
         return None
     split = "evaluation" if s.metric == EVAL_LOSS else "training"
     trend = (f"its best later point {best_later:.4g} is {100 * improvement:.2f}% below the first"
