@@ -26,15 +26,16 @@ def _num(v: Any) -> str:
 
 def brief_loss_spike(ctx: CheckContext, lf: Series) -> list[Finding]:
     """A loss point (or two) at ``brief_loss_ratio`` times its running median and ``loss_robust_z`` robust
-    deviations above it, and above the level the loss started from, in a long series, that the loss came back
+    deviations above it, and above every value the loss had before it, in a long series, that the loss came back
     from: reported with low confidence, the largest one. A smaller recovered bump stays unreported (mini-batch
     noise)."""
     ratio = float(ctx.param("brief_loss_ratio"))
-    # the level the loss started from (median of its first tenth): a converged loss wobbling by a large factor
-    # near 0 (0.0014 -> 0.042) does not reach it and is not the jump a reader sees
-    start = float(np.median(lf.values[:max(1, len(lf) // 10)]))
+    # above every value the loss had before it (by 10%): a converged loss wobbling by a large factor near 0
+    # (0.0014 -> 0.042) stays under its early values, and a run restarted in the same log goes back to its
+    # first value (1.8695 at epoch 1, 1.8720 at the restart's epoch 1): neither is the jump a reader sees
     events = [e for e in _loss()._events(lf, ratio, ctx, robust_z=float(ctx.param("loss_robust_z")))
-              if int(np.sum((lf.steps >= e["step"]) & (lf.steps <= e["step_end"]))) <= 2 and float(e["value"]) > start]
+              if int(np.sum((lf.steps >= e["step"]) & (lf.steps <= e["step_end"]))) <= 2
+              and float(e["value"]) > 1.1 * float(np.max(lf.values[lf.steps < e["step"]]))]
     window = float(ctx.param("recovery_window_steps"))
     back = []
     for ev in events:
