@@ -12,7 +12,7 @@ from autopsy.parsers import log_text as lt
 from autopsy.parsers.logs import scan_text
 from autopsy.parsers.metric_reader import MetricReader, metric_like
 from autopsy.parsers.metric_styles import StyleError, load_styles, styles
-from autopsy.parsers.metric_values import pairs, step_of
+from autopsy.parsers.metric_values import is_setting_key, pairs, step_of
 from autopsy.run import load_run
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -315,3 +315,24 @@ def test_a_line_naming_a_splits_loss_is_read_without_a_step() -> None:
     assert reader.read('2021-01-05 21:54:56 | INFO | train | {"epoch": 21, "train_loss": "816.933", '
                        '"train_num_updates": "643"}') is None
 
+
+
+@pytest.mark.parametrize("line, setting", [
+    # NeMo's Megatron trainer (bionemo#740's log): the batch size is repeated on every iteration line
+    ("Training epoch 0, iteration 120/149 | lr: 3e-05 | consumed_samples: 121 | global_batch_size: 1 | "
+     "global_step: 120 | reduced_train_loss: 1.233 | val_loss: 4.106", "global_batch_size"),
+    (" iteration      100/    1000 | consumed samples:        12800 | global batch size:    32 | "
+     "lm loss: 2.345E+00 |", "global batch size"),
+])
+def test_a_setting_repeated_on_a_metric_line_is_not_read(line: str, setting: str) -> None:
+    r = MetricReader().read(line)
+    assert r is not None and any("loss" in k for k, _ in r.values)
+    assert setting not in dict(r.values)
+
+
+@pytest.mark.parametrize("key, setting", [
+    ("global_batch_size", True), ("micro batch size", True), ("seed", True), ("world_size", True),
+    ("seq_length", True), ("bsz", False), ("loss", False), ("batch_loss", False), ("seed_loss", False),
+])
+def test_setting_keys(key: str, setting: bool) -> None:
+    assert is_setting_key(key) is setting

@@ -31,6 +31,7 @@ from autopsy.parsers.metric_values import (
     _BARE,
     _PROSE,
     clean_key,
+    is_setting_key,
     is_step_key,
     mask,
     pairs,
@@ -296,7 +297,8 @@ class MetricReader:
                                       step, step_total)
         elif style.axis != "order":
             step = epoch
-        values = [(k, v) for k, v in pairs(body) if not is_step_key(k)] if style.reads_pairs else []
+        values = ([(k, v) for k, v in pairs(body) if not is_step_key(k) and not is_setting_key(k)]
+                  if style.reads_pairs else [])
         for group in style.value_groups:  # values printed before their names, or glued to the next word
             v = to_float(g[group]) if group in g else None
             if v is not None:

@@ -207,6 +207,15 @@ def is_step_key(key: str) -> bool:
     return key.lower() in STEP_WORDS
 
 
+# settings a trainer repeats on its metric lines (NeMo's "| global_batch_size: 1 |", Megatron's
+# "| global batch size: 32 |"): the run's configuration, not a measurement of it
+_SETTING_KEY = re.compile(r"(?i)(?:^|[\s_/.])(?:batch[\s_]size|seed|vocab\w*|world[\s_]size|seq(?:uence)?[\s_]len\w*)$")
+
+
+def is_setting_key(key: str) -> bool:
+    return bool(_SETTING_KEY.search(key))
+
+
 def step_of(text: str) -> Position:
     """The step and epoch a line states (with ``N/M`` totals), first mention of each wins."""
     step = step_total = epoch = epoch_total = None
