@@ -303,6 +303,26 @@ def test_catboost_and_darknet_lines_through_the_scanner() -> None:
     assert s["lr"][0][1] == 0.0001
 
 
+def test_vse_logcollector_lines_are_left_to_their_style() -> None:
+    # CrossmodalGroup/GSMN#10 (VSE++'s LogCollector): "Le" is the hinge loss and "Eit" the iteration; the
+    # step-line parser would read them as two unnamed series at the epoch's batch index
+    gsmn = ("2020-09-15 21:06:52,140 Epoch: [5][1169/2266]\tEit 12500  lr 0.0002  Le 25.60001564025879\tTime 0.898 "
+            "(0.000)\tData 0.038 (0.000)\t\n"
+            "2020-09-15 21:08:22,427 Epoch: [5][1269/2266]\tEit 12600  lr 0.0002  Le 25.600017547607422\tTime 0.895 "
+            "(0.000)\tData 0.038 (0.000)\t\n")
+    s = _series(gsmn)
+    assert s["loss"] == [(12500, 25.60001564025879), (12600, 25.600017547607422)]
+    assert "Le" not in s and "Eit" not in s
+    # not: an "Epoch: [e][i/n]" line without Eit/Le stays the step-line parser's (maudzung/RTM3D#4)
+    rtm = ("Train - Epoch: [127/300][ 35/464]\tTime  0.738 ( 0.738)\tData  0.000 ( 0.014)\t"
+           "Loss 2.1274e+00 (1.5406e+00)\n"
+           "Train - Epoch: [127/300][ 85/464]\tTime  0.730 ( 0.730)\tData  0.000 ( 0.006)\t"
+           "Loss 1.2996e+00 (1.5485e+00)\n")
+    reader = MetricReader()
+    assert not any(reader.claims(line) for line in rtm.splitlines())
+    assert [v for _, v in _series(rtm)["Loss"]] == [2.1274, 1.2996]
+
+
 def test_a_line_naming_a_splits_loss_is_read_without_a_step() -> None:
     # mozilla/DeepSpeech#238: one report line per epoch, no step on it
     s = _series("2016-11-25 17:41:55 STARTING Epoch 0009\n2016-11-25 18:29:38 Training loss=inf avg_cer=0.377731130 "

@@ -6,7 +6,8 @@ things, and each has a test whose evidence does not depend on the series being l
 
 * **frozen**: a loss-like series (training, evaluation or a component loss) whose last
   ``frozen_min_points`` or more points are the same printed value (equal within
-  ``frozen_rel_tolerance``, a float's rounding), the value carrying at least
+  ``frozen_rel_tolerance``: four float32 units in the last place, as a float32 loss printed in full
+  jitters in its last bits from one print to the next), the value carrying at least
   ``frozen_min_digits`` significant digits, or exactly 0). Mini-batch noise changes a trained
   loss in its fourth digit at every step, and an evaluation loss changes whenever the weights
   do: the same value printed again and again means nothing is being trained (LR 0, frozen

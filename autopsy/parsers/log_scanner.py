@@ -315,7 +315,8 @@ class LogScanner(BlockContext):
                 if keys is not None and rank is None and raw[:1] == b"{" and len(self.templates) < MAX_TEMPLATES:
                     self._learn(keys, raw, text)
             low = text.lower() if ("t" in text or "T" in text) else ""
-            if not taken and low and ("step" in low or "iter" in low or ("Epoch" in text and "[" in text)):
+            if not taken and low and ("step" in low or "iter" in low or ("Epoch" in text and "[" in text)) \
+                    and not self.reader.claims(text):
                 taken = self._step_line(text, lineno, rank, e)
             if not taken:
                 reader_text: str | None = text

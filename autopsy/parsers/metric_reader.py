@@ -246,6 +246,13 @@ class MetricReader:
             return epoch * step_total + step, None
         return step, step_total
 
+    def claims(self, text: str) -> bool:
+        """Does a known style that names its own values (``v_<tag>`` groups) read this line? Such a style
+        knows what the line's numbers are where the generic ``key value`` reading would misname them
+        (VSE++'s ``Le`` is its loss), so the step-line parser leaves the line to it."""
+        return any(s.value_groups and s.match is not None and any(a in text for a in s.anchors)
+                   and s.match.search(text) is not None for s in self.enabled)
+
     def read(self, text: str) -> Reading | None:
         """The metrics of one line (already cleaned), or None."""
         if self.block is not None:
