@@ -392,3 +392,23 @@ def test_max_bytes_head_and_tail_keep_hits_of_both_ends(tmp_path):
     hl = scan.hits["x/nccl"]
     assert hl.count == 1 and hl.first[0].lineno == 3004
     assert hl.first[0].offset == p.read_bytes().index(b"RuntimeError: NCCL")
+
+
+# ------------------------------------------------------------- PaddleDetection 1.x quoted losses
+
+@pytest.mark.parametrize(("line", "step", "want"), [
+    # PaddlePaddle/PaddleDetection#5337: the loss printed as a dict repr's quoted string, 'nan' from iteration 20
+    ("2022-03-09 15:20:50,962-INFO: iter: 20, lr: 0.000085, 'loss': 'nan', eta: 5 days, 18:42:12, batch_cost: 1.24839 "
+     "sec, ips: 1.60206 images/sec", 20, {"lr": 8.5e-05, "loss": math.nan, "batch_cost": 1.24839, "ips": 1.60206}),
+    # PaddlePaddle/PaddleDetection#1946: component losses quoted too
+    ("2020-12-22 08:05:25,238-INFO: iter: 1240, lr: 0.019992, 'loss_cls': '0.736654', 'loss_bbox': '0.011202', "
+     "'loss': '1.263390', eta: 10:52:43, batch_cost: 0.39655 sec, ips: 5.04344 images/sec", 1240,
+     {"lr": 0.019992, "loss_cls": 0.736654, "loss_bbox": 0.011202, "loss": 1.26339, "batch_cost": 0.39655,
+      "ips": 5.04344}),
+])
+def test_quoted_keys_and_values_on_a_step_line(line: str, step: int, want: dict[str, float]) -> None:
+    sl = parse_step_line(line)
+    assert sl is not None and sl.step == step
+    got = dict(sl.values)
+    assert got.keys() == want.keys()  # not: the eta ("5 days, 18:42:12", "10:52:43")
+    assert all(math.isnan(v) if math.isnan(want[k]) else v == want[k] for k, v in got.items())

@@ -10,7 +10,7 @@ import pytest
 
 from autopsy.parsers import log_text as lt
 from autopsy.parsers.logs import scan_text
-from autopsy.parsers.metric_reader import MetricReader, metric_like
+from autopsy.parsers.metric_reader import MetricReader, metric_like, timing_key
 from autopsy.parsers.metric_styles import StyleError, load_styles, styles
 from autopsy.parsers.metric_values import is_setting_key, pairs, step_of
 from autopsy.run import load_run
@@ -50,6 +50,10 @@ def test_a_style_whose_sample_fails_is_refused() -> None:
     # digits that are not values: versions, paths, dates, clock times, file:line
     ("2024-01-02 10:11:12,345 torch 2.1.0 /data/run_3/ckpt-5.pt solver.cpp:228", {}),
     ("step 6 loss nan grad_norm nan", {"step": 6.0, "loss": math.nan, "grad_norm": math.nan}),
+    # a sentence's full stop after a value (tiny-dnn#883, KotlinDL#8); not: a version, an ellipsis
+    ("train loss=2.09418. test loss=2.06644, acc=5401/10000", {"train loss": 2.09418, "test loss": 2.06644}),
+    ("Training batch 64 ends with loss NaN.", {"Training batch": 64.0, "ends with loss": math.nan}),
+    ("torch 2.1.0. loss 0.5... acc=0.9.1", {}),
 ])
 def test_pairs_every_spelling(text: str, want: dict[str, float]) -> None:
     got = dict(pairs(text))
@@ -321,6 +325,21 @@ def test_vse_logcollector_lines_are_left_to_their_style() -> None:
     reader = MetricReader()
     assert not any(reader.claims(line) for line in rtm.splitlines())
     assert [v for _, v in _series(rtm)["Loss"]] == [2.1274, 1.2996]
+
+
+def test_a_loss_named_with_a_timing_word_is_read() -> None:
+    # ufal/neuralmonkey#172: the runtime decoder's cross-entropy ("runtime_xent") is a loss, not a clock
+    log = ("2016-12-02 02:01:49: target/runtime_xent: 7.31    target/train_xent: 7.31    target/BLEU-4: 0.08\n"
+           "2016-12-02 02:02:20: target/runtime_xent: 7.15    target/train_xent: 7.15    target/BLEU-4: 0.08\n"
+           "2016-12-02 02:02:50: target/runtime_xent: 7.17    target/train_xent: 7.17    target/BLEU-4: 0.07\n")
+    s = _series(log)
+    assert [v for _, v in s["target/runtime_xent"]] == [7.31, 7.15, 7.17]
+    assert [v for _, v in s["target/train_xent"]] == [7.31, 7.15, 7.17]
+    # not: clocks (HF's eval_runtime, a step's time) stay out of the generic reading
+    assert timing_key("eval_runtime") and timing_key("iter_time") and not timing_key("target/runtime_xent")
+    # and the loss rules judge it as a loss (a NaN there is loss.nonfinite's), the BLEU score not
+    from autopsy.checks.nonfinite import is_loss_like
+    assert is_loss_like("target/train_xent", None) and not is_loss_like("target/BLEU-4", None)
 
 
 def test_a_line_naming_a_splits_loss_is_read_without_a_step() -> None:

@@ -38,7 +38,7 @@ SCALER_PATTERNS = ScalerPatterns(
 )
 
 # A tag naming a loss: "loss" or "nll" as a word of it (not "loss_scale", "lossless", "closs_rate").
-_LOSS_WORD = re.compile(r"(?:^|[^a-z])(?:loss|losses|nll)(?:$|[^a-z])")
+_LOSS_WORD = re.compile(r"(?:^|[^a-z])(?:loss|losses|nll|xent)(?:$|[^a-z])")  # xent: OpenNMT, Marian, Neural Monkey
 _NOT_LOSS = re.compile(r"scale|scaler|weight|coef|ratio|factor|count|num_|_num|skipped")
 
 

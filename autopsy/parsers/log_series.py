@@ -134,8 +134,10 @@ _STEP_HEAD = re.compile(
     r"(?<![\w/.\-])(?:global[_ ]step|step|iter(?:ation)?)\s*+(?:[:=#]\s*+)?(\d{1,12})(?:\s*/\s*(\d{1,12}))?(?![\w.])",
     re.IGNORECASE,
 )
+# A key and its value may each be quoted, as a dict's repr prints them on PaddleDetection 1.x step lines
+# ("iter: 20, lr: 0.000085, 'loss': 'nan', eta: ..."; PaddleDetection#5337, #1946).
 _STEP_KV = re.compile(
-    r"([A-Za-z][\w/.\-]*(?: [A-Za-z][\w/\-]*)?)(?:\s*[:=]\s*|\s+)"
+    r"([A-Za-z][\w/.\-]*(?: [A-Za-z][\w/\-]*)?)['\"]?(?:\s*[:=]\s*|\s+)['\"]?"
     r"([-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+|nan|NaN|inf|Inf))"
     r"(ms|us|µs|min|s|m|h|%)?(?![\w.])"
 )

@@ -50,8 +50,10 @@ TABLE_PATIENCE = 400  # lines without a row before a table style stops reading e
 _METRIC_WORD = re.compile(
     r"(?i)loss|acc|ppl|perplex|bleu|(?<![a-z])f1|auc|(?<![a-z])map|iou|error|score|reward|return|(?<![a-z])lr(?![a-z])"
     r"|learning.rate|norm|precision|recall|(?<![a-z])[wc]er(?![a-z])|rouge|(?<![a-z])kl(?![a-z])|entropy|nll|mse|mae"
-    r"|dice|top-?[15]|psnr|ssim|(?<![a-z])fid(?![a-z])|bpb|bpc"
+    r"|dice|top-?[15]|psnr|ssim|(?<![a-z])fid(?![a-z])|bpb|bpc|xent"
 )
+# A loss named with a timing word ("target/runtime_xent", Neural Monkey's loss on the runtime decoder): a loss.
+_LOSS_NAME = re.compile(r"(?i)loss|xent|nll|entropy")
 # "key=text" settings, found from their "=" (see _settings): a key searched from every offset,
 # "[\w.]+=...", took quadratic time on a 64 KB word (issue 14).
 _CONFIG_EQ = re.compile(r"(?<=[\w.])=(?:['\"]|True\b|False\b|None\b|[A-Za-z])")
@@ -93,8 +95,11 @@ def metric_like(key: str) -> bool:
 @lru_cache(maxsize=4096)
 def timing_key(key: str) -> bool:
     """Seconds and clocks (``time``, ``data``, ``eta``, ``wall``): what they time is a style's
-    knowledge (per step? since the start?), so the generic reader leaves them out."""
+    knowledge (per step? since the start?), so the generic reader leaves them out. A key naming a loss is no
+    clock, whatever word it carries ("target/runtime_xent")."""
     low = key.lower()
+    if _LOSS_NAME.search(low):
+        return False
     return canonical_metric(key) in (STEP_TIME, DATA_TIME) or any(w in low for w in ("time", "eta", "wall"))
 
 
