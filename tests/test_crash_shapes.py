@@ -36,6 +36,12 @@ from autopsy.parsers.types import Frame, Traceback
     # mmseg_308: mmcv's evaluation bar, then bash's "Killed" in a Chinese locale
     ("2020-12-18 19:56:07,472 - mmseg - INFO - Saving checkpoint at 4000 iterations [>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>>"
      ">>>>>>>>> ] 3217/3849, 4.0 task/s, elapsed: 799s, ETA: 157s已杀死", "已杀死"),
+    # tfmacos_13: a Keras bar, then zsh's job report of the segfault (found by its start: it ends in the command)
+    ("194/195 [============================>.] - ETA: 0s - loss: 2.5521 - acc: 0.1561[1]    31192 segmentation fault  "
+     "python resnet.py", "[1]    31192 segmentation fault  python resnet.py"),
+    # tfmacos_19: the same for a foreground job
+    ("5000/5000 [==============================] - ETA: 0s - loss: 2.3416 - accuracy: 0.3065zsh: segmentation fault  "
+     "python cifar10_cnn.py", "zsh: segmentation fault  python cifar10_cnn.py"),
 ])
 def test_message_glued_to_a_bar_is_split_off(line: str, tail: str) -> None:
     pieces = split_glued(line)
@@ -50,6 +56,9 @@ def test_message_glued_to_a_bar_is_split_off(line: str, tail: str) -> None:
     "[rank0]: [2024-01-01 10:00:00] step 5 loss 2.0",
     "Killed",
     "进程已杀死",  # Chinese prose ("the process was killed"), not a job report glued to output
+    "zsh: segmentation fault  python cifar10_cnn.py",  # the report on a line of its own
+    'the run ends in "zsh: killed     python main.py" after epoch 3',  # prose quoting a report
+    "I always get zsh: segmentation fault  python train.py",
 ])
 def test_lines_without_a_glued_message_stay_whole(line: str) -> None:
     assert split_glued(line) == [line]
@@ -330,3 +339,51 @@ def test_kubeflow_operator_pod_exit_event(tmp_path, code: str, rule: str | None)
         assert report.primary is None
         return
     assert report.primary is not None and report.primary.rule == rule
+
+
+@pytest.mark.parametrize("text", [
+    # tfmacos_13 and tfmacos_19: zsh's segfault report glued to a Keras bar
+    "Epoch 1/30\n194/195 [============================>.] - ETA: 0s - loss: 2.5521 - acc: 0.1561[1]    31192 "
+    "segmentation fault  python resnet.py\n",
+    "Epoch 1/100\n5000/5000 [==============================] - ETA: 0s - loss: 2.3416 - accuracy: 0.3065zsh: "
+    "segmentation fault  python cifar10_cnn.py\nmultiprocessing/resource_tracker.py:216: UserWarning: "
+    "resource_tracker: There appear to be 3 leaked semaphore objects to clean up at shutdown\n",
+])
+def test_zsh_report_glued_to_a_keras_bar_is_the_crash(tmp_path, text: str) -> None:  # type: ignore[no-untyped-def]
+    report = _report(tmp_path, text)
+    assert report.primary is not None and report.primary.rule == "crash.segfault"
+    assert "segmentation fault  python" in report.primary.evidence[0].excerpt
+
+
+# ray_47461 and simplerl_25: Ray's report of a dead worker lists the OOM killer and SIGSEGV only as possibilities
+_RAY_CAUSES = ("Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection "
+               "error code 2. End of file. There are some potential root causes. (1) The process is killed by "
+               "SIGKILL by OOM killer due to high memory usage. (2) ray stop --force is called. (3) The worker is "
+               "crashed unexpectedly due to SIGSEGV or other unexpected errors.")
+_RAYLET = ("(raylet) A worker died or was killed while executing a task by an unexpected system error. To troubleshoot "
+           "the problem, check the logs for the dead worker. RayTask ID: "
+           "ffffffffffffffff3fe85624f7ebc8f28d076a0702000000 Worker ID: "
+           "fead2dfe78eeee17dd8922f0569f798cf51660782f4222a9acfc8fbe Node ID: "
+           "201f2cc4bc593d830338a3ed774649489389d8695222912df0994e79 Worker IP address: 10.0.7.57 Worker port: 10046 "
+           "Worker PID: 89513 " + _RAY_CAUSES + "\n")
+
+
+@pytest.mark.parametrize(("text", "facts"), [
+    (_RAYLET + "(TorchTrainer pid=89392) Worker 0 has failed.\n",
+     {"pid": "89513", "host": "10.0.7.57", "ray_exit_type": "SYSTEM_ERROR", "failed_rank": 0,
+      "trainer": "TorchTrainer"}),
+    ("The actor is dead because its worker process has died. " + _RAY_CAUSES + "\n", {"ray_exit_type": "SYSTEM_ERROR"}),
+])
+def test_a_dead_ray_worker_is_a_rank_failure_of_unknown_cause(tmp_path, text: str, facts: dict) -> None:  # type: ignore[no-untyped-def,type-arg]
+    report = _report(tmp_path, text)
+    assert report.primary is not None and report.primary.rule == "dist.rank_failure"
+    assert facts.items() <= report.primary.facts.items()
+    assert not {"crash.segfault", "oom.host"} & _rules(report)
+
+
+def test_rays_memory_monitor_kill_is_host_oom(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # OpenRLHF on Ray: the memory monitor says it killed the task
+    report = _report(tmp_path, "ERROR - An error occurred during score calculation: Task was killed due to the node "
+                               "running low on memory.\n")
+    assert report.primary is not None and report.primary.rule == "oom.host"
+    assert report.primary.facts["source"] == "Ray memory monitor (node low on memory)"

@@ -173,6 +173,39 @@ def _exit_meaning(exitcode: int | None, sig: str | None) -> str:
     return f"exit code {exitcode}" if exitcode is not None else "an unknown error"
 
 
+# Ray's WorkerExitType (src/ray/protobuf/common.proto) in words.
+_RAY_EXIT = {"SYSTEM_ERROR": "it ended without an error of its own (killed from outside or crashed)",
+             "USER_ERROR": "an exception in the task's or actor's own code",
+             "NODE_OUT_OF_MEMORY": "Ray's memory monitor killed it: the node ran low on memory"}
+
+
+def _ray_worker_failure(ctx: CheckContext, facts: dict[str, Any], evidence: list[Evidence]) -> Finding:
+    """A Ray worker died: the raylet's report (PID, node, exit type) and Ray Train's "Worker N has failed"."""
+    died = hits_of(ctx, "ray_worker_died")
+    train = hits_of(ctx, "ray_train_worker_failed")
+    lead = earliest(died or train)
+    for name in ("pid", "host", "ray_exit_type"):
+        value = next((group(h, name) for h in died if group(h, name)), None)
+        if value is not None:
+            facts[name] = value
+    if train:
+        facts["failed_rank"] = group_int(train[0], "rank")
+        facts["trainer"] = group(train[0], "trainer")
+    facts = {k: v for k, v in facts.items() if v is not None}
+    exit_type = facts.get("ray_exit_type")
+    pid = f" (PID {facts['pid']}" + (f" on {facts['host']})" if "host" in facts else ")") if "pid" in facts else ""
+    how = f" with exit type {exit_type}: {_RAY_EXIT.get(exit_type, exit_type)}" if exit_type else ""
+    said = f"A Ray worker{pid} died{how} ({where(died[0])})" if died else ""
+    if train:
+        failed = f"{facts['trainer']} reported its worker {facts['failed_rank']} failed ({where(train[0])})"
+        said = f"{said}, and {failed}" if said else failed[0].upper() + failed[1:]
+    msg = (f"{said}; the job stopped. Ray names the OOM killer, `ray stop --force` or a native crash only as "
+           f"possible causes: the dead worker's own log (worker-*-{facts.get('pid', '<pid>')}.err under "
+           f"/tmp/ray/session_latest/logs on that node), its raylet.out and the node's dmesg say which.")
+    key = f"rank_failure:ray:{exit_type or 'unknown'}"
+    return ctx.finding(msg, key=key, facts=facts, evidence=evidence, step=lead.step, wall_time=lead.wall_time)
+
+
 def rank_failure(ctx: CheckContext) -> Iterable[Finding]:
     failures: list[ChildFailure] = list(ctx.run.all_child_failures)
     hits = hits_of(ctx)
@@ -226,6 +259,8 @@ def rank_failure(ctx: CheckContext) -> Iterable[Finding]:
                f"--previous) or its pod's last state says why it died.")
         return [ctx.finding(msg, key=f"rank_failure:{facts['replica_type']}", facts=facts, evidence=evidence,
                             step=operator.step, wall_time=operator.wall_time)]
+    if not failures and hits_of(ctx, "ray_worker_died", "ray_train_worker_failed"):
+        return [_ray_worker_failure(ctx, facts, evidence)]
     meaning = _exit_meaning(facts.get("exitcode"), facts.get("signal"))
     pod = next((h for h in hits if group(h, "pod")), None) if not failures else None
     if pod is not None:

@@ -238,7 +238,8 @@ _STRONG = {"windows_commit_limit": "Windows commit limit (RAM + page file)",
            "errno_enomem": "ENOMEM", "lsf_memlimit": "LSF memory limit",
            "k8s_evicted_memory": "Kubernetes eviction (node memory pressure)", "pbs_mem_killed": "PBS memory limit",
            "dotnet_oom": ".NET OutOfMemoryException", "jvm_oom": "Java OutOfMemoryError",
-           "lua_not_enough_memory": "Lua allocator (not enough memory)"}
+           "lua_not_enough_memory": "Lua allocator (not enough memory)",
+           "ray_memory_monitor": "Ray memory monitor (node low on memory)"}
 _WEAK = {"bare_killed": "Killed", "shell_killed": "Killed", "zsh_killed": "Killed", "exit_137": "exit code 137",
          "ide_sigkill": "exit code 137",
          "worker_killed": "DataLoader worker SIGKILL", "torchrun_sigkill": "SIGKILL", "spawn_sigkill": "SIGKILL",

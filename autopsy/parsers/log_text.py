@@ -121,6 +121,18 @@ _SHELL_TAIL = re.compile(
 # evaluation bar). A letter may precede it; a Chinese character before it is prose ("进程已杀死").
 _LOCALISED_TAIL = re.compile(r"(?<=[^\s\u3400-\u9fff])已杀死\s*$")
 
+# zsh's reports end in the dead job's command, so they are found by their start: "zsh: <signal
+# word>" for a foreground job, "[1]    31192 <signal word>" for a job report, glued to whatever
+# progress display the job last drew ("- acc: 0.1561[1]    31192 segmentation fault  python
+# resnet.py", "- accuracy: 0.3065zsh: segmentation fault  python cifar10_cnn.py", "?it/szsh: bus
+# error  python"). A bar ends in a digit, a letter, "]", "|", "%", ")" or "/"; a space or a quote
+# before the report is prose that quotes it.
+_ZSH_WORDS = ("killed", "terminated", "segmentation fault", "bus error", "abort", "illegal hardware", "hangup")
+_ZSH_TAIL = re.compile(
+    r"(?<=[0-9A-Za-z\]|%)/])(?:zsh: |\[\d+\][ \t]+(?:[+-][ \t]+)?\d+ )"
+    r"(?:killed|terminated|segmentation fault|bus error|abort|illegal hardware instruction|hangup)"
+    r"(?: \(core dumped\))?[ \t]+\S")
+
 
 def split_glued(text: str) -> list[str]:
     """A segment split where a message was glued onto a progress bar: [bar, message], else [text].
@@ -136,6 +148,10 @@ def split_glued(text: str) -> list[str]:
         m1 = _LOCALISED_TAIL.search(text)
         if m1 is not None:
             return [text[:m1.start()], text[m1.start():]]
+    if any(w in text for w in _ZSH_WORDS):
+        mz = _ZSH_TAIL.search(text)
+        if mz is not None and mz.start() > 0:
+            return [text[:mz.start()], text[mz.start():]]
     close = text.find("]")
     if close >= 0:
         for m in _TQDM_END.finditer(text):
