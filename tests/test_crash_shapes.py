@@ -354,36 +354,3 @@ def test_zsh_report_glued_to_a_keras_bar_is_the_crash(tmp_path, text: str) -> No
     assert report.primary is not None and report.primary.rule == "crash.segfault"
     assert "segmentation fault  python" in report.primary.evidence[0].excerpt
 
-
-# ray_47461 and simplerl_25: Ray's report of a dead worker lists the OOM killer and SIGSEGV only as possibilities
-_RAY_CAUSES = ("Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection "
-               "error code 2. End of file. There are some potential root causes. (1) The process is killed by "
-               "SIGKILL by OOM killer due to high memory usage. (2) ray stop --force is called. (3) The worker is "
-               "crashed unexpectedly due to SIGSEGV or other unexpected errors.")
-_RAYLET = ("(raylet) A worker died or was killed while executing a task by an unexpected system error. To troubleshoot "
-           "the problem, check the logs for the dead worker. RayTask ID: "
-           "ffffffffffffffff3fe85624f7ebc8f28d076a0702000000 Worker ID: "
-           "fead2dfe78eeee17dd8922f0569f798cf51660782f4222a9acfc8fbe Node ID: "
-           "201f2cc4bc593d830338a3ed774649489389d8695222912df0994e79 Worker IP address: 10.0.7.57 Worker port: 10046 "
-           "Worker PID: 89513 " + _RAY_CAUSES + "\n")
-
-
-@pytest.mark.parametrize(("text", "facts"), [
-    (_RAYLET + "(TorchTrainer pid=89392) Worker 0 has failed.\n",
-     {"pid": "89513", "host": "10.0.7.57", "ray_exit_type": "SYSTEM_ERROR", "failed_rank": 0,
-      "trainer": "TorchTrainer"}),
-    ("The actor is dead because its worker process has died. " + _RAY_CAUSES + "\n", {"ray_exit_type": "SYSTEM_ERROR"}),
-])
-def test_a_dead_ray_worker_is_a_rank_failure_of_unknown_cause(tmp_path, text: str, facts: dict) -> None:  # type: ignore[no-untyped-def,type-arg]
-    report = _report(tmp_path, text)
-    assert report.primary is not None and report.primary.rule == "dist.rank_failure"
-    assert facts.items() <= report.primary.facts.items()
-    assert not {"crash.segfault", "oom.host"} & _rules(report)
-
-
-def test_rays_memory_monitor_kill_is_host_oom(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    # OpenRLHF on Ray: the memory monitor says it killed the task
-    report = _report(tmp_path, "ERROR - An error occurred during score calculation: Task was killed due to the node "
-                               "running low on memory.\n")
-    assert report.primary is not None and report.primary.rule == "oom.host"
-    assert report.primary.facts["source"] == "Ray memory monitor (node low on memory)"

@@ -94,12 +94,30 @@ def _last_save_announcement(ctx: CheckContext, hit: Hit) -> Hit | None:
     return before[-1] if before else None
 
 
+def _consequence_of_another_error(ctx: CheckContext, hit: Hit, disk_lines: set[tuple[str, int]]) -> bool:
+    """The zip writer's short write raised while handling an error that is no disk error of its own.
+
+    torch's "unexpected pos N vs M" says only that the writer's position is off; when it follows
+    "During handling of the above exception" after a MemoryError (Dreambooth on Windows, a 6 GB
+    checkpoint), the write failed of that error, not of a full disk.
+    """
+    if not any(hit in ctx.hits.get(n, ()) for n in _STREAM_WRITER):
+        return False
+    tb = traceback_at(ctx.run, hit)
+    cause = tb.cause if tb is not None and tb.chain == "context" else None
+    if cause is None:
+        return False
+    return not any((cause.path, line) in disk_lines for line in range(cause.line_start, cause.line_end + 1))
+
+
 def full(ctx: CheckContext) -> Iterable[Finding]:
     min_after = int(ctx.params.get("progress_after_steps", 2))
     shm = tuple(ctx.params.get("shm_markers", ()))
     hits = [h for h in hits_of(ctx, *_FIRING)
             if not any(m in h.text for m in shm) and not recovered(ctx.run, h, min_after)
             and not gate_closed(ctx, h)]
+    disk_lines = {(h.path, h.lineno) for h in hits}
+    hits = [h for h in hits if not _consequence_of_another_error(ctx, h, disk_lines)]
     if not hits:
         return []
     lead = earliest(hits)
