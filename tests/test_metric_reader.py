@@ -342,6 +342,26 @@ def test_a_loss_named_with_a_timing_word_is_read() -> None:
     assert is_loss_like("target/train_xent", None) and not is_loss_like("target/BLEU-4", None)
 
 
+def test_a_megatron_loss_that_vanishes_from_its_line_is_nan() -> None:
+    # epfLLM/Megatron-LLM#33: training_log prints a loss only `if avg > 0.0`, so a NaN "lm loss" leaves the line
+    meg = ("iteration     3384/    8000 | consumed samples:       216576 | elapsed time per iteration (ms): 7845.5 | "
+           "learning rate: 6.678E-06 | global batch size:    64 | lm loss: 7.072597E-01 | loss scale: 1.0 | grad norm: "
+           "0.741 | number of skipped iterations:   0 | number of nan iterations:   0 |\n"
+           "iteration     3385/    8000 | consumed samples:       216640 | elapsed time per iteration (ms): 7624.3 | "
+           "learning rate: 6.676E-06 | global batch size:    64 | loss scale: 1.0 | gr\n")
+    got = _series(meg)["lm loss"]
+    assert got[0] == (3384, 0.7072597) and got[1][0] == 3385 and math.isnan(got[1][1])
+    # not: an interval whose iterations the fp16 scaler all skipped has no loss to average (Megatron-LM GPT-345M
+    # fp16 tutorial log): no NaN is made up, the loss-scale streak is loss.nonfinite's own test
+    fp16 = ("[2024-09-14 19:44:24] iteration      400/  500000 | consumed samples:         6400 | elapsed time per "
+            "iteration (ms): 457.6 | learning rate: 1.171875E-05 | global batch size:    16 | lm loss: 6.105231E+00 | "
+            "loss scale: 4.0 | grad norm: 3.668 | number of skipped iterations:   2 | number of nan iterations:   0 |\n"
+            "[2024-09-14 19:44:29] iteration      410/  500000 | consumed samples:         6560 | elapsed time per "
+            "iteration (ms): 464.2 | learning rate: 1.171875E-05 | global batch size:    16 | loss scale: 1.0 | number "
+            "of skipped iterations:  10 | number of nan iterations:  10 |\n")
+    assert _series(fp16)["lm loss"] == [(400, 6.105231)]
+
+
 def test_a_line_naming_a_splits_loss_is_read_without_a_step() -> None:
     # mozilla/DeepSpeech#238: one report line per epoch, no step on it
     s = _series("2016-11-25 17:41:55 STARTING Epoch 0009\n2016-11-25 18:29:38 Training loss=inf avg_cer=0.377731130 "

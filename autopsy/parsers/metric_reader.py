@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from autopsy.metrics import DATA_TIME, EVAL_LOSS, LOSS, STEP_TIME, canonical_metric, split_of
-from autopsy.parsers.metric_styles import Style, styles
+from autopsy.parsers.metric_styles import Style, styles, vanished_keys
 from autopsy.parsers.metric_values import (
     _BARE,
     _PROSE,
@@ -180,6 +180,7 @@ class MetricReader:
         self.table_idle = 0
         self.wrap_step: int | None = None  # a wrapped style's step (its opener's), for its rows
         self.wrap_key: str | None = None  # a key whose value wrapped onto the next row
+        self.key_after: dict[str, str] = {}  # a style's dropped key -> the key printed after it (vanished_keys)
 
     # ------------------------------------------------------------------ learning
 
@@ -252,11 +253,12 @@ class MetricReader:
         return step, step_total
 
     def claims(self, text: str) -> bool:
-        """Does a known style that names its own values (``v_<tag>`` groups) read this line? Such a style
-        knows what the line's numbers are where the generic ``key value`` reading would misname them
-        (VSE++'s ``Le`` is its loss), so the step-line parser leaves the line to it."""
-        return any(s.value_groups and s.match is not None and any(a in text for a in s.anchors)
-                   and s.match.search(text) is not None for s in self.enabled)
+        """Does a known style that knows more than the line's ``key value`` pairs read this line? One that
+        names its own values (``v_<tag>`` groups: VSE++'s ``Le`` is its loss) or reads a value from its
+        absence (Megatron's vanished NaN loss, ``dropped_when_not_positive``): the step-line parser
+        leaves the line to it."""
+        return any((s.value_groups or s.dropped_keys is not None) and s.match is not None
+                   and any(a in text for a in s.anchors) and s.match.search(text) is not None for s in self.enabled)
 
     def read(self, text: str) -> Reading | None:
         """The metrics of one line (already cleaned), or None."""
@@ -315,6 +317,7 @@ class MetricReader:
             v = to_float(g[group]) if group in g else None
             if v is not None:
                 values.append((group[2:], v))
+        values += vanished_keys(style, values, self.key_after)
         if not values:
             return None
         if epoch is not None and split in ("", "train"):

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
+from itertools import pairwise
 from typing import Any
 
 KINDS = ("line", "context", "block", "table", "wrapped")
@@ -36,6 +37,10 @@ class Style:
     opener: re.Pattern[str] | None = None
     row: re.Pattern[str] | None = None
     samples: tuple[dict[str, Any], ...] = field(default=(), compare=False)
+    # keys the program prints only while their value is > 0 (see :func:`vanished_keys`), and the counter of
+    # skipped steps that explains a missing value otherwise
+    dropped_keys: re.Pattern[str] | None = None
+    dropped_unless: str = ""
 
     @property
     def value_groups(self) -> tuple[str, ...]:
@@ -65,7 +70,8 @@ def parse_style(spec: dict[str, Any]) -> Style:
     name = str(spec.get("name") or "")
     if not name:
         raise StyleError(f"a style without a name: {spec!r:.80}")
-    unknown = set(spec) - {"name", "program", "kind", "anchors", "match", "axis", "split", "opener", "row", "samples"}
+    unknown = set(spec) - {"name", "program", "kind", "anchors", "match", "axis", "split", "opener", "row", "samples",
+                           "dropped_when_not_positive"}
     if unknown:
         raise StyleError(f"style {name}: unknown fields {sorted(unknown)}")
     kind = str(spec.get("kind", "line"))
@@ -75,14 +81,40 @@ def parse_style(spec: dict[str, Any]) -> Style:
     anchors = tuple(str(a) for a in spec.get("anchors") or ())
     if not anchors or not spec.get("program") or not spec.get("samples"):
         raise StyleError(f"style {name}: anchors, program and samples are required")
+    dropped = spec.get("dropped_when_not_positive") or {}
+    if dropped and (not isinstance(dropped, dict) or set(dropped) != {"keys", "unless"}):
+        raise StyleError(f"style {name}: dropped_when_not_positive needs exactly keys and unless")
     style = Style(name, str(spec["program"]), kind, anchors, _compile(name, spec, "match"), axis,
                   str(spec.get("split", "")), _compile(name, spec, "opener"), _compile(name, spec, "row"),
-                  tuple(spec["samples"]))
+                  tuple(spec["samples"]), _compile(name, dropped, "keys") if dropped else None,
+                  str(dropped.get("unless", "")))
     if kind in ("block", "table", "wrapped") and (style.opener is None or style.row is None):
         raise StyleError(f"style {name}: a {kind} style needs opener and row")
     if kind in ("line", "context") and style.match is None:
         raise StyleError(f"style {name}: a {kind} style needs match")
     return style
+
+
+def vanished_keys(style: Style, values: list[tuple[str, float]], after: dict[str, str]) -> list[tuple[str, float]]:
+    """NaN for each of the style's ``dropped_keys`` that an earlier line printed and this one leaves out.
+
+    Megatron-LM's training_log prints a loss only ``if avg > 0.0``: a NaN average fails the test and the key
+    is left out of the line (epfLLM/Megatron-LLM#33: "lm loss" gone from iteration 3385 on). A key is read as
+    NaN when the key printed right after it last time is on the line (the line reaches where it stood: not a
+    line cut short) and the style's skip counter (``dropped_unless``) is not above 0 (every iteration of the
+    interval skipped by an fp16 scaler leaves nothing to average, a different story). ``after`` remembers,
+    per key, the key that followed it; it is updated from this line."""
+    if style.dropped_keys is None:
+        return []
+    keys = [k for k, _ in values]
+    for k, nxt in pairwise(keys):
+        if style.dropped_keys.search(k):
+            after[k] = nxt
+    present = set(keys)
+    skipped = dict(values).get(style.dropped_unless)
+    if skipped is not None and skipped > 0:
+        return []
+    return [(k, math.nan) for k, nxt in after.items() if k not in present and nxt in present]
 
 
 def _same(a: float, b: float) -> bool:
