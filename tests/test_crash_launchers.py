@@ -79,3 +79,30 @@ def test_a_short_write_while_handling_a_memoryerror_is_not_a_full_disk(tmp_path)
     alone = _report(tmp_path, "RuntimeError: [enforce fail at inline_container.cc:626] . unexpected pos 8388672 vs "
                               "8388560\n")
     assert "disk.full" in _rules(alone)
+
+
+# timm_1269: the worker's signal handler, then the main process's traceback cut while it waited in _data_queue.get
+_WORKER_SEGFAULT = (
+    "Train: 72 [1400/5004 ( 28%)]  Loss: 2.802 (2.69)  Time: 0.114s, 2249.52/s  (0.685s,  373.73/s)  LR: 1.000e-03  "
+    "Data: 0.016 (0.588)\n"
+    "ERROR: Unexpected segmentation fault encountered in worker.\n"
+    "Traceback (most recent call last):\n"
+    '  File "/home/hossein/anaconda3/lib/python3.9/site-packages/torch/utils/data/dataloader.py", line 1011, in '
+    "_try_get_data\n"
+    "    data = self._data_queue.get(timeout=timeout)\n"
+    '  File "/home/hossein/anaconda3/lib/python3.9/multiprocessing/queues.py", line 113, in get\n'
+    "    if not self._poll(timeout):\n")
+
+
+def test_a_worker_segfault_is_the_worker_not_a_hang(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    report = _report(tmp_path, _WORKER_SEGFAULT)
+    assert report.primary is not None and report.primary.rule == "data.worker"
+    assert report.primary.facts["signal"] == "Segmentation fault"
+    assert not {"run.stalled", "crash.segfault"} & _rules(report)
+
+
+def test_the_same_cut_stack_with_no_worker_death_above_is_still_a_hang(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    text = _WORKER_SEGFAULT.replace("ERROR: Unexpected segmentation fault encountered in worker.\n", "")
+    report = _report(tmp_path, text)
+    assert report.primary is not None and report.primary.rule == "run.stalled"
+    assert "data.worker" not in _rules(report)

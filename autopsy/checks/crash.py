@@ -248,6 +248,8 @@ def data_worker(ctx: CheckContext) -> Iterable[Finding]:
     def facts(hit: Hit) -> dict[str, Any]:
         c = cause(hit)
         sig = group(hit, "signal") or signals_by_file.get(hit.path)
+        if sig:  # the worker's own handler writes "segmentation fault", torch's error "Segmentation fault"
+            sig = sig[0].upper() + sig[1:]
         return {"cause": c, "signal": sig, "shm_hint": c == "shared_memory"}
 
     def message(hit: Hit, f: Mapping[str, Any], n: int) -> str:
@@ -260,8 +262,8 @@ def data_worker(ctx: CheckContext) -> Iterable[Finding]:
         at = f" at step {f['step']}" if "step" in f else ""
         return f"A DataLoader worker died: {why}{at}{rank_phrase(f)} ({where(hit)})."
 
-    found = line_rule(ctx, names=("killed_by_signal", "shm_bus_error", "shm_killed_hint", "shm_write",
-                                  "loader_timeout", "exited_unexpectedly"),
+    found = line_rule(ctx, names=("killed_by_signal", "shm_bus_error", "worker_segfault", "shm_killed_hint",
+                                  "shm_write", "loader_timeout", "exited_unexpectedly"),
                       message=message, facts=facts, key=cause)
     if not found:
         return found

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import regex
 
-from autopsy.checks.common import frame_text
+from autopsy.checks.common import frame_text, other_rule_fired_lines
 from autopsy.engine.types import CheckContext
 from autopsy.model import Confidence, Evidence, Finding
 from autopsy.parsers.types import Frame, Hit, LogScan, Traceback
@@ -144,13 +144,27 @@ def waiting_frame(tb: Traceback) -> Frame | None:
     return None
 
 
+def _reports_a_dead_worker(tb: Traceback, worker_deaths: list[Hit]) -> bool:
+    """A stack cut before its exception line, right below a DataLoader worker's death message
+    ("ERROR: Unexpected segmentation fault encountered in worker."): the main process raising that
+    death from ``_try_get_data`` while it waited for the batch, not a hang."""
+    return any(h.path == tb.path and tb.line_start - 3 <= h.lineno < tb.line_start for h in worker_deaths)
+
+
 def interrupted_waits(run: Run) -> list[InterruptedWait]:
     """Every stop traceback of the run whose innermost frame waits, in log order; a stack with no
-    exception line at all (py-spy / faulthandler dump of a live process, or a cut Ctrl-C) counts too."""
+    exception line at all (py-spy / faulthandler dump of a live process, or a cut Ctrl-C) counts too,
+    unless a DataLoader worker's death is reported right above it."""
     out = []
+    worker_deaths: list[Hit] | None = None
     for tb in run.all_tracebacks:
         if not is_stop(tb, run) and tb.exc_type:
             continue
+        if not tb.exc_type:
+            if worker_deaths is None:
+                worker_deaths = other_rule_fired_lines(run, "data.worker")
+            if _reports_a_dead_worker(tb, worker_deaths):
+                continue
         frame = waiting_frame(tb)
         if frame is not None:
             out.append(InterruptedWait(tb, frame))
