@@ -149,6 +149,8 @@ def exception(ctx: CheckContext) -> Iterable[Finding]:
             continue
         if not tb.exc_type and not tb.frames:
             continue  # a bare "Traceback (most recent call last):" header: nothing to report
+        if any(f.function == "__del__" for f in tb.frames):
+            continue  # raised through a finalizer: CPython never propagates it, only prints it ("Exception ignored in")
         if not tb.exc_type and waiting_frame(tb) is not None:
             continue  # a stack dump of a process waiting (py-spy, faulthandler): run.stalled's evidence
         if not tb.exc_type and ctrl_c_marked(ctx.run, tb):

@@ -77,12 +77,15 @@ def timeout(ctx: CheckContext) -> Iterable[Finding]:
         ops = Counter(group(h, "op") for h in watch)
         facts["op"] = ops.most_common(1)[0][0]
         seqs = sorted({s for h in watch if (s := group_int(h, "seq")) is not None})
-        facts["seq"] = seqs[0] if len(seqs) == 1 else seqs
+        if seqs:  # torch 1.9's watchdog line names no SeqNum
+            facts["seq"] = seqs[0] if len(seqs) == 1 else seqs
         tms = group_int(watch[0], "timeout_ms")
         if tms is not None:
             facts["timeout_ms"] = tms
             facts["timeout_s"] = tms / 1000.0
-        facts["ran_ms"] = max(group_int(h, "ran_ms") or 0 for h in watch)
+        ran = [r for h in watch if (r := group_int(h, "ran_ms")) is not None]
+        if ran:  # a terminal that breaks long lines can split "ran for N milliseconds" off the line
+            facts["ran_ms"] = max(ran)
         if group_int(watch[0], "numel_in") is not None:
             facts["numel_in"] = group_int(watch[0], "numel_in")
     else:
@@ -261,6 +264,17 @@ def rank_failure(ctx: CheckContext) -> Iterable[Finding]:
                             step=operator.step, wall_time=operator.wall_time)]
     if not failures and hits_of(ctx, "ray_worker_died", "ray_train_worker_failed"):
         return [_ray_worker_failure(ctx, facts, evidence)]
+    lame = hits_of(ctx, "tf_lame_workers") if not failures else []
+    if lame:
+        # TensorFlow's heartbeat: a worker host stopped answering, so there is no exit code or signal to name
+        lead = earliest(lame)
+        facts["host"] = group(lead, "host")
+        msg = (f"TensorFlow's ShutdownHook found worker {facts['host']} lame ({where(lead)}): the worker host stopped "
+               f"answering its heartbeat (it died, or it was preempted, as a preemptible TPU is taken back) and the "
+               f"session was shut down; the worker's own log or the TPU's state (gcloud compute tpus describe) says "
+               f"which.")
+        return [ctx.finding(msg, key="rank_failure:lame_worker", facts=facts, evidence=evidence,
+                            step=lead.step, wall_time=lead.wall_time)]
     meaning = _exit_meaning(facts.get("exitcode"), facts.get("signal"))
     pod = next((h for h in hits if group(h, "pod")), None) if not failures else None
     if pod is not None:

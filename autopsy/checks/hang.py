@@ -82,6 +82,12 @@ def is_stop(tb: Traceback, run: Run | None = None) -> bool:
 _RELAYED_STOP = regex.compile(r"Received (?:Signals\.)?(SIGINT|SIGTERM|2|15) death signal, shutting down workers"
                               r"|Sending process \d+ closing signal (SIGINT|SIGTERM)\b")
 _RELAY_WINDOW = 3  # non-blank lines above a traceback's header searched for the relay
+# The agent's report of a rank that failed by itself ("failed (exitcode: 1) local_rank: 3 (pid: 33054) of binary"):
+# the "Sending process N closing signal SIGTERM" lines above it are the agent stopping that rank's siblings, and
+# the traceback below it is torchrun's own report of the failure, not a relayed stop. An exit code of SIGTERM or
+# SIGINT (-15, -2) is the stop reaching the rank, and leaves the relay a stop.
+_AGENT_FAILED = regex.compile(r"failed \(exitcode: (-?\d+)\) local_rank: \d+")
+_STOP_EXITCODES = frozenset({"-15", "-2", "15", "2", "143", "130"})
 
 
 def marked_stop(run: Run, tb: Traceback) -> str | None:
@@ -104,6 +110,9 @@ def marked_stop(run: Run, tb: Traceback) -> str | None:
         line = lines.get(lineno)
         if line is None or not line.strip():
             continue
+        failed = _AGENT_FAILED.search(line)
+        if failed is not None and failed.group(1) not in _STOP_EXITCODES:
+            return None
         m = _RELAYED_STOP.search(line)
         if m is not None:
             return "SIGTERM" if (m.group(1) or m.group(2)) in ("SIGTERM", "15") else "KeyboardInterrupt"

@@ -232,6 +232,7 @@ def _message(facts: dict[str, Any], lead: Hit, step: int | None, cited: list[str
 # Strength of each pattern's evidence that host RAM ran out.
 _STRONG = {"windows_commit_limit": "Windows commit limit (RAM + page file)",
            "kernel_oom_kill": "kernel", "cgroup_oom_kill": "cgroup", "slurm_oom_kill": "slurm",
+           "slurm_memory_limit_kill": "slurm memory limit",
            "srun_task_oom": "slurm", "oom_killed": "container", "memory_error": "MemoryError",
            "numpy_alloc": "MemoryError", "bad_alloc": "std::bad_alloc", "bad_alloc_exception": "std::bad_alloc",
            "cpu_allocator": "torch CPU allocator",
