@@ -8,7 +8,8 @@ things, and each has a test whose evidence does not depend on the series being l
   ``frozen_min_points`` or more points are the same printed value (equal within
   ``frozen_rel_tolerance``: four float32 units in the last place, as a float32 loss printed in full
   jitters in its last bits from one print to the next), the value carrying at least
-  ``frozen_min_digits`` significant digits, or exactly 0). Mini-batch noise changes a trained
+  ``frozen_min_digits`` significant digits as printed, the file's loss decimals counting: Keras's ``val_loss:
+  0.2000`` beside ``loss: 0.1902`` shows four, or exactly 0). Mini-batch noise changes a trained
   loss in its fourth digit at every step, and an evaluation loss changes whenever the weights
   do: the same value printed again and again means nothing is being trained (LR 0, frozen
   parameters, an optimizer that does not step, a loss computed on nothing). Not counted: a value
@@ -68,11 +69,13 @@ def short_plateau(ctx: CheckContext, *, train_too_short: bool) -> list[Finding]:
     done = {(s.source, s.tag) for s in main}
     series = main + [s.finite() for s in loss_like_series(run, skip=done)]
     series = [s for s in series if len(s) and not _RUNNING_BEST.search(s.tag)]
+    places = _printed_places(series)
     for s in series:
         if _RL_OBJECTIVE.search(s.tag):
             continue
         f = _frozen(ctx, s, [o.tag for o in series
-                             if o is not s and not _RL_OBJECTIVE.search(o.tag) and _frozen_run(ctx, o) is not None])
+                             if o is not s and not _RL_OBJECTIVE.search(o.tag)
+                             and _frozen_run(ctx, o, places.get(o.path)) is not None], places.get(s.path))
         if f is not None:
             return [f]
     for s in series:
@@ -97,8 +100,33 @@ def significant_digits(v: float) -> int:
     return 16
 
 
-def _frozen_run(ctx: CheckContext, s: Series) -> int | None:
-    """Start index of the identical run of points ending the series, when it is long and precise enough."""
+def decimal_places(v: float) -> int:
+    """How many decimals a logged value shows (0.1902 -> 4, 0.2 -> 1, 87.0 -> 0); 0 for a non-finite value."""
+    if not math.isfinite(v):
+        return 0
+    for d in range(0, 16):
+        if math.isclose(round(v, d), v, rel_tol=1e-12, abs_tol=1e-15):
+            return d
+    return 16
+
+
+def _printed_places(series: list[Series]) -> dict[str, int]:
+    """Per file, the most decimals any loss-like value in it shows: the printing's precision. Keras prints
+    every loss of an epoch line with four decimals, so ``val_loss: 0.2000`` beside ``loss: 0.1902`` is a value
+    known to 1e-4 (0.2 carries one significant digit, the printing four); a logger that prints 0.02 with two
+    decimals shows no more than two anywhere."""
+    out: dict[str, int] = {}
+    for s in series:
+        v = s.values[np.isfinite(s.values)]
+        if v.size:
+            out[s.path] = max(out.get(s.path, 0), max(decimal_places(float(x)) for x in v))
+    return out
+
+
+def _frozen_run(ctx: CheckContext, s: Series, places: int | None = None) -> int | None:
+    """Start index of the identical run of points ending the series, when it is long and precise enough.
+    ``places``: the decimals the file's loss values are printed with (their printing's precision), which can
+    show more digits in a repeated value than its own trailing zeros do."""
     v = s.values
     need = int(ctx.param("frozen_min_points"))
     if v.size < need:
@@ -114,7 +142,10 @@ def _frozen_run(ctx: CheckContext, s: Series) -> int | None:
         # A loss printed as 0 after falling to it is a converged loss rounded by the printing (HF rounds to
         # 4 decimals); only a loss that is 0 from its first logged point computes nothing.
         return i if i == 0 and not _yolox_l1(ctx, s) else None
-    if significant_digits(last) < int(ctx.param("frozen_min_digits")):
+    digits = significant_digits(last)
+    if places is not None and abs(last) > 0:
+        digits = max(digits, places + math.floor(math.log10(abs(last))) + 1)
+    if digits < int(ctx.param("frozen_min_digits")):
         return None  # "0.02" printed five times is the printing's precision, not a frozen model
     if _bar_frames(ctx, s, s.steps[i:]):
         return None  # a progress bar re-displays its last logged value on every frame
@@ -150,8 +181,8 @@ def _bar_frames(ctx: CheckContext, s: Series, steps: np.ndarray) -> bool:
     return int(np.isin(steps, rates["step"].dropna().astype("int64").to_numpy()).sum()) * 2 >= len(steps)
 
 
-def _frozen(ctx: CheckContext, s: Series, others: list[str]) -> Finding | None:
-    i = _frozen_run(ctx, s)
+def _frozen(ctx: CheckContext, s: Series, others: list[str], places: int | None = None) -> Finding | None:
+    i = _frozen_run(ctx, s, places)
     if i is None:
         return None
     k = len(s) - i
