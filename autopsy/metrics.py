@@ -58,6 +58,7 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     )
 )
 _PREFIX = re.compile(r"^(train|training|trainer|metrics|charts|scalars)[/.]")
+_AGGREGATE = re.compile(r"^(mean|avg|average|averaged)[ _](?=\w)")
 
 
 @lru_cache(maxsize=4096)
@@ -67,7 +68,9 @@ def canonical_metric(tag: str) -> str | None:
     if not t:
         return None
     stripped = _PREFIX.sub("", t)
-    for candidate in (t, stripped, stripped.replace("/", "_")):
+    # an aggregate over the epoch's batches names the same metric ("Mean Training loss", "average loss")
+    mean = _AGGREGATE.sub("", stripped)
+    for candidate in (t, stripped, stripped.replace("/", "_"), mean):
         for pattern, name in _RULES:
             if pattern.match(candidate):
                 return name

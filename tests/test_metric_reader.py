@@ -12,7 +12,7 @@ from autopsy.parsers import log_text as lt
 from autopsy.parsers.logs import scan_text
 from autopsy.parsers.metric_reader import MetricReader, metric_like, timing_key
 from autopsy.parsers.metric_styles import StyleError, load_styles, styles
-from autopsy.parsers.metric_values import is_setting_key, pairs, step_of
+from autopsy.parsers.metric_values import is_setting_key, pairs, split_word, step_of
 from autopsy.run import load_run
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -395,3 +395,30 @@ def test_a_setting_repeated_on_a_metric_line_is_not_read(line: str, setting: str
 ])
 def test_setting_keys(key: str, setting: bool) -> None:
     assert is_setting_key(key) is setting
+
+
+def test_a_split_word_after_a_timestamp_with_its_set_index() -> None:
+    # e2e ASR (fixtures/corpus/e2e_asr_39_caps_train_loss_cer_epochs_20_21): the logger's timestamp precedes the split
+    # word, and the set's index 0 is no metric: the validation loss lands in the val split
+    s = _series("2020-11-13 09:32:47,406 - (Epoch 20) TRAIN LOSS:0.1903 CER:6.53% LR:0.0000167\n"
+                "2020-11-13 09:33:31,062 - VALID SET 0 LOSS:0.1780 CER:5.78%\n"
+                "2020-11-13 13:55:36,838 - (Epoch 21) TRAIN LOSS:0.1832 CER:6.25% LR:0.0000163\n"
+                "2020-11-13 13:56:31,427 - VALID SET 0 LOSS:0.1735 CER:5.59%\n")
+    assert [v for _, v in s["val_LOSS"]] == [0.178, 0.1735]
+    assert "VALID SET" not in s and "LOSS" not in s
+    assert split_word("2020-11-13 09:33:31,062 - VALID SET 0 LOSS:0.1780 CER:5.78%") == "val"
+    # not: a split word in prose after a timestamp, nor the bare section marker of the same log
+    assert split_word("2020-11-13 09:32:47,461 - VALID") == ""
+    assert split_word("2021-01-01 10:00:00 - Training started on 4 GPUs") == ""
+
+
+def test_a_mean_over_the_epoch_names_the_same_loss() -> None:
+    # radar detector (fixtures/corpus/radar_detector_3_mean_training_loss_nan): one report per epoch, no step
+    s = _series("Training time for one epoch: 42.798298835754395 seconds\nMean Training loss : nan\n"
+                "mean MSE : 778027.0 mean focal : 2242658.0 mean center loss : 2638.1787109375\n")
+    assert math.isnan(s["Mean Training loss"][0][1])
+    from autopsy.metrics import canonical_metric
+
+    assert canonical_metric("Mean Training loss") == "loss" and canonical_metric("average loss") == "loss"
+    # not: a mean of another quantity, or of a component loss the metric names do not list
+    assert canonical_metric("mean MSE") is None and canonical_metric("mean center loss") is None

@@ -67,8 +67,9 @@ _CONFIG_KEY = re.compile(r"(?i)(?<![\w/])(?:max_|min_|num_|n_)(?!(?:updates|iter
                          r"|(?<![\w/])(?:max_(?:steps|iters?|epochs?)|num_(?:train_)?(?:steps|epochs)|total_steps)"
                          r"\s+\d")
 _NUMBERS = re.compile(r"(?<![A-Za-z_])" + _BARE + r"(?![A-Za-z_])")
-# nouns naming a thing, not a measurement of it: "loss scaler 0" is the scaler's index
-_OBJECTS = frozenset({"scaler", "scheduler", "optimizer", "id", "idx", "index", "group", "rank", "fn", "function"})
+# nouns naming a thing, not a measurement of it: "loss scaler 0" is the scaler's index, "VALID SET 0" the set's
+_OBJECTS = frozenset({"scaler", "scheduler", "optimizer", "id", "idx", "index", "group", "rank", "fn", "function",
+                      "set"})
 _RANK_LABEL = re.compile(r"^(?:\[#\]|#:)\s+")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # A checkpoint loaded back states the epoch and loss it was saved at ("[Checkpoint] Loaded <- best_model.pth

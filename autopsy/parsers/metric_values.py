@@ -240,7 +240,10 @@ def step_of(text: str) -> Position:
 
 _SPLIT_CONTEXT = re.compile(
     r"(?i)(?:\((?P<paren>train|val|valid|eval|test)\)"  # mmengine Epoch(val)
-    r"|^\W*(?P<head>train(?:ing)?|val(?:id|idation|idating)?|eval(?:uation|uating)?|test(?:ing)?)(?:\s+set)?\s*[:\]|]"
+    # a split word opening the line, after a logger's timestamp prefix ("2020-11-13 09:33:31,062 - VALID SET 0
+    # LOSS:0.1780": the set's index before the keys states the split too)
+    r"|^(?:[\d\-/:,.\s\[\]T]*?\s[-|]\s)?\W*(?P<head>train(?:ing)?|val(?:id|idation|idating)?|eval(?:uation|uating)?"
+    r"|test(?:ing)?)(?:\s+set(?:\s+\d+\s)?)?\s*(?:[:\]|]|(?<=\d\s))"
     # HF Trainer's metrics blocks; a run of stars is tried from its first star only (a later start
     # reaches the same ends: without the guard, a line of 64 KB of stars took quadratic time)
     r"|(?<!\*)\*{3,}\s*(?P<hf>train|eval|test|predict)\s+metrics\s*\*{3,})"
