@@ -50,55 +50,189 @@ def scalars_frame(tfevents: Sequence[tuple[str, pd.DataFrame]], trainer_state: T
 
     ``split`` is what the source said (a metric file's column or record), else what the tag
     says (``eval_loss`` -> "eval", ``train/loss`` -> "train"), else "".
-    """
-    import pandas as pd
 
-    frames = []
+    The text columns (source, path, tag, metric, split) are categoricals built from each part's
+    codes: a tag is named once per distinct value, never once per row (a 300k-entry trainer_state
+    is 1.2M rows; one str column of them cost ~40 MB and the build ~3x the frame).
+    """
+    parts: list[_Part] = []
     for path, frame in tfevents:
         if len(frame):
-            f = frame.assign(source="tensorboard", path=path,
-                             rank=pd.Series(pd.NA, index=frame.index, dtype="Int64"))
-            frames.append(f)
+            parts.append(_Part.of_values("tensorboard", path, frame["tag"], frame["step"], frame["wall_time"],
+                                         frame["value"]))
     ts = trainer_state
     if ts is not None:
         from autopsy.parsers.trainer_state import history_columns
 
         # columnar: a tuple per value costs ~3x json.load on a 200k-entry history
-        tags, steps, values = history_columns(ts.log_history)
-        if len(values):
-            f = pd.DataFrame({"tag": tags, "step": steps, "wall_time": math.nan, "value": values})
-            frames.append(f.assign(source="trainer_state", path=ts.path, rank=pd.NA))
+        cols = getattr(ts.log_history, "columns", None)  # a LazyHistory: its columns hold tag codes
+        if cols is not None and len(cols.values):
+            parts.append(_Part.of_values("trainer_state", ts.path, (cols.tag_codes, cols.tag_names), cols.steps,
+                                         None, cols.values))
+        elif cols is None:
+            tags, steps, values = history_columns(ts.log_history)
+            if len(values):
+                parts.append(_Part.of_values("trainer_state", ts.path, tags, steps, None, values))
     for scan in logs:
         if scan.series:
-            frames.append(_log_series_frame(scan).assign(source="log", path=scan.path))
+            parts.append(_log_part(scan))
     for rows in metric_files:
         if rows.values:
-            frames.append(pd.DataFrame({
-                "tag": rows.tags, "step": pd.array(rows.steps, dtype="Int64"), "wall_time": rows.wall_times,
-                "value": rows.values, "split": rows.splits,
-            }).assign(source=rows.source, path=rows.path, rank=pd.NA))
-    if not frames:
+            parts.append(_Part.of_values(rows.source, rows.path, rows.tags, rows.steps, rows.wall_times,
+                                         rows.values, splits=rows.splits))
+    if not parts:
         return _empty_scalars()
-    df = pd.concat(frames, ignore_index=True)
-    tags = df["tag"].astype(str)
-    df["metric"] = map_by_value(tags, canonical_metric).astype(tags.dtype)
-    by_tag = splits_of(tags, df["source"].astype(str))
-    if "split" in df:  # metric files say the split of each row themselves (a column, a record's mode)
-        given = df["split"]
-        df["split"] = given.where(given.notna() & (given != ""), by_tag).astype(object)
-    else:
-        df["split"] = by_tag
-    _twins_are_train(df)
+    return _assemble(parts)
+
+
+class _Part:
+    """One source file's rows: tag codes into ``names``, numeric columns, and the split each row
+    was given by its file (metric files only)."""
+
+    def __init__(self, source: str, path: str, codes: Any, names: list[str], numbers: dict[str, Any],
+                 splits: Any = None) -> None:
+        self.source, self.path, self.codes, self.names, self.numbers, self.splits = (
+            source, path, codes, names, numbers, splits)
+
+    @classmethod
+    def of_values(cls, source: str, path: str, tags: Any, steps: Any, wall_times: Any, values: Any,
+                  splits: Any = None) -> _Part:
+        import numpy as np
+        import pandas as pd
+
+        if isinstance(tags, tuple):  # (codes, names) already
+            codes, uniques = tags
+        else:
+            codes, uniques = pd.factorize(np.asarray(tags, dtype=object), use_na_sentinel=False)
+        n = len(codes)
+        numbers = {  # arrays, not a frame: the frame is built once, from these, without a copy
+            "step": _int64(steps),
+            "wall_time": np.full(n, math.nan) if wall_times is None else _float64(wall_times),
+            "value": np.asarray(values, dtype="float64"),
+            "rank": pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)),
+        }
+        names = [str(u) for u in uniques]
+        return cls(source, path, codes, names, numbers,
+                   None if splits is None else np.asarray(splits, dtype=object))
+
+
+def _float64(values: Any) -> Any:
+    import pandas as pd
+
+    return pd.to_numeric(pd.Series(list(values) if isinstance(values, (list, tuple)) else values),
+                         errors="coerce").to_numpy("float64", na_value=math.nan)
+
+
+def _int64(values: Any) -> Any:
+    """An Int64 array (NA where a value is missing or not a number), index-free."""
+    import numpy as np
+    import pandas as pd
+
+    if isinstance(values, np.ndarray) and values.dtype == np.int64:  # trainer_state's columns: no copy
+        return pd.arrays.IntegerArray(values, np.zeros(len(values), dtype=bool))
+    return pd.to_numeric(pd.Series(np.asarray(values) if not hasattr(values, "array") else values.array),
+                         errors="coerce").astype("Int64").array
+
+
+def _assemble(parts: list[_Part]) -> pd.DataFrame:
+    """The long frame of ``parts``: numbers concatenated once, text columns from codes."""
+    import numpy as np
+    import pandas as pd
+
+    sizes = [len(p.codes) for p in parts]
+    tag_cats = sorted({n for p in parts for n in p.names})
+    tag_id = {t: i for i, t in enumerate(tag_cats)}
+    paths = sorted({p.path for p in parts})
+    sources = sorted({p.source for p in parts})
+    # what each distinct tag means: its canonical metric and, per file, its split
+    metric_of = [canonical_metric(t) for t in tag_cats]
+    metric_cats = sorted({m for m in metric_of if m is not None} | {"eval_loss"})
+    metric_id = {m: i for i, m in enumerate(metric_cats)}
+    tag_metric = np.array([metric_id[m] if m is not None else -1 for m in metric_of], dtype=np.int64)
+    twins = _train_twins(parts)
+    split_names: dict[str, int] = {}
+
+    def split_code(name: str) -> int:
+        return split_names.setdefault(name, len(split_names))
+
+    tag_codes, split_codes = [], []
+    for p in parts:
+        local_to_tag = np.array([tag_id[n] for n in p.names], dtype=np.int64)
+        local_split = np.array([split_code(_tag_split(n, p, twins)) for n in p.names], dtype=np.int64)
+        codes = np.asarray(p.codes, dtype=np.int64)
+        tag_codes.append(local_to_tag[codes] if len(codes) else codes)
+        row_split = local_split[codes] if len(codes) else codes
+        if p.splits is not None:  # metric files say the split of each row themselves (a column, a record's mode)
+            given, given_names = pd.factorize(p.splits, use_na_sentinel=True)
+            given_map = np.array([split_code(str(g)) if str(g) else -1 for g in given_names] + [-1], dtype=np.int64)
+            given_codes = given_map[given]  # -1 (NA) indexes the trailing -1
+            row_split = np.where(given_codes >= 0, given_codes, row_split)
+        split_codes.append(row_split)
+    tag_all = np.concatenate(tag_codes)
+    split_all = np.concatenate(split_codes)
+    metric_all = tag_metric[tag_all]
     # a "loss" the file put in a validation/test row (mmcv's {"mode": "val", "loss": ...}) is
     # the eval loss: rules asking for the train loss must not get it
-    held_out = (df["metric"] == "loss") & df["split"].isin(("eval", "val", "test"))
-    df.loc[held_out, "metric"] = "eval_loss"
-    df["step"] = pd.to_numeric(df["step"], errors="coerce").astype("Int64")
-    df["rank"] = pd.to_numeric(df["rank"], errors="coerce").astype("Int64")
-    df["wall_time"] = pd.to_numeric(df["wall_time"], errors="coerce").astype("float64")
-    df["value"] = df["value"].astype("float64")
-    df["source"] = df["source"].astype("category")
-    return df[list(SCALAR_COLUMNS)]
+    held_out = [code for name, code in split_names.items() if name in ("eval", "val", "test")]
+    if "loss" in metric_id and held_out:
+        metric_all[(metric_all == metric_id["loss"]) & np.isin(split_all, held_out)] = metric_id["eval_loss"]
+    split_cats = sorted(split_names)
+    split_order = np.empty(len(split_names), dtype=np.int64)
+    for name, code in split_names.items():
+        split_order[code] = split_cats.index(name)
+    path_codes = np.repeat(np.array([paths.index(p.path) for p in parts], dtype=np.int64), sizes)
+    source_codes = np.repeat(np.array([sources.index(p.source) for p in parts], dtype=np.int64), sizes)
+
+    def cat(codes: np.ndarray, cats: list[str]) -> pd.Categorical:
+        return pd.Categorical.from_codes(codes, categories=pd.Index(cats, dtype=object))
+
+    def numbers(name: str) -> Any:
+        arrays = [p.numbers[name] for p in parts]
+        if len(arrays) == 1:
+            return arrays[0]
+        if isinstance(arrays[0], np.ndarray):
+            return np.concatenate(arrays)
+        return type(arrays[0])._concat_same_type(arrays)
+
+    return pd.DataFrame({
+        "source": cat(source_codes, sources), "path": cat(path_codes, paths), "tag": cat(tag_all, tag_cats),
+        "metric": cat(metric_all, metric_cats), "split": cat(split_order[split_all], split_cats),
+        "step": numbers("step"), "wall_time": numbers("wall_time"), "value": numbers("value"),
+        "rank": numbers("rank"),
+    }, copy=False)
+
+
+def _tag_split(tag: str, part: _Part, twins: set[tuple[str, str]]) -> str:
+    """The split a tag names (:func:`~autopsy.metrics.split_of`), else "train" for an unprefixed
+    trainer_state key other than ``epoch`` (HF prefixes eval_/test_ keys only) and for a tag
+    whose val/eval/test twin is in the same file, else ""."""
+    split = split_of(tag)
+    if split:
+        return split
+    if part.source == "trainer_state" and canonical_metric(tag) != EPOCH:
+        return TRAIN
+    return TRAIN if (part.path, tag) in twins else ""
+
+
+def _train_twins(parts: list[_Part]) -> set[tuple[str, str]]:
+    """(path, tag) of every unprefixed series whose val/eval/test twin is in the same file (Keras'
+    ``loss`` beside ``val_loss`` on a console line, TensorBoard's ``loss`` beside ``eval/loss``):
+    the rule :func:`~autopsy.parsers.metric_tables.column_splits` applies to a table's columns,
+    applied to every source."""
+    import numpy as np
+
+    from autopsy.parsers.metric_tables import column_splits
+
+    by_path: dict[str, dict[str, None]] = {}
+    for p in parts:
+        used = np.flatnonzero(np.bincount(np.asarray(p.codes, dtype=np.int64), minlength=len(p.names)))
+        tags = by_path.setdefault(p.path, {})
+        tags.update((p.names[i], None) for i in used.tolist())
+    out: set[tuple[str, str]] = set()
+    for path, tags in by_path.items():
+        got = column_splits(list(tags))
+        out.update((path, t) for t, sp in got.items() if sp == TRAIN and not split_of(t))
+    return out
 
 
 def best_series(scalars: pd.DataFrame, metric: str, *, source: str | None = None,
@@ -133,6 +267,31 @@ def best_series(scalars: pd.DataFrame, metric: str, *, source: str | None = None
     # Duplicates are the same tag re-logged at a step (a restart); two tags of one metric at a step
     # (Lightning's train_loss_step and train_loss_epoch) are two series, one chosen by the caller.
     return sel.drop_duplicates(subset=["step", "rank", "tag"], keep="last") if sel["step"].notna().all() else sel
+
+
+def distinct_rows(df: pd.DataFrame, columns: Sequence[str]) -> list[tuple[Any, ...]]:
+    """The distinct value tuples of ``columns``, in no set order: from the categories' codes when
+    every column is categorical (one int64 per row, not a hash of every row's strings), else
+    ``drop_duplicates``. Missing values come back as None."""
+    import numpy as np
+    import pandas as pd
+
+    cols = [df[c] for c in columns]
+    if not all(isinstance(c.dtype, pd.CategoricalDtype) for c in cols):
+        return [tuple(None if v is None or v != v else v for v in row)
+                for row in df[list(columns)].drop_duplicates().itertuples(index=False)]
+    key = np.zeros(len(df), dtype=np.int64)
+    sizes = [len(c.cat.categories) + 1 for c in cols]  # +1: code -1 (missing) shifted to 0
+    for c, size in zip(cols, sizes, strict=True):
+        key = key * size + (c.cat.codes.to_numpy(dtype=np.int64) + 1)
+    out = []
+    for k in np.unique(key).tolist():
+        row = []
+        for c, size in zip(reversed(cols), reversed(sizes), strict=True):
+            k, code = divmod(k, size)
+            row.append(None if code == 0 else c.cat.categories[code - 1])
+        out.append(tuple(reversed(row)))
+    return out
 
 
 def positions_by_value(column: pd.Series) -> dict[str, Any]:
@@ -198,9 +357,10 @@ def config_frame(entries: Sequence[ConfigEntry]) -> pd.DataFrame:
 # ------------------------------------------------------------------ summaries
 
 
-def _log_series_frame(scan: Any) -> pd.DataFrame:
+def _log_series_frame(scan: Any, *, with_tags: bool = True) -> pd.DataFrame:
     """tag, step, wall_time, value, rank of one log's series, straight from its columns
-    when the scanner kept them in arrays (a SeriesPoint per value costs ~1 us)."""
+    when the scanner kept them in arrays (a SeriesPoint per value costs ~1 us); without
+    ``with_tags``, the numeric columns only (the caller reads the tag codes itself)."""
     import numpy as np
     import pandas as pd
 
@@ -224,8 +384,9 @@ def _log_series_frame(scan: Any) -> pd.DataFrame:
         rank[rank_raw < 0] = scan.rank
     else:
         rank[rank_raw < 0] = pd.NA
+    tag = {"tag": names[np.frombuffer(series.tag, dtype=np.uint32)] if len(names) else np.empty(0, dtype=object)}
     return pd.DataFrame({
-        "tag": names[np.frombuffer(series.tag, dtype=np.uint32)] if len(names) else np.empty(0, dtype=object),
+        **(tag if with_tags else {}),
         "step": step,
         "wall_time": np.frombuffer(series.wall, dtype=np.float64),
         "value": np.frombuffer(series.value, dtype=np.float64),
@@ -233,27 +394,20 @@ def _log_series_frame(scan: Any) -> pd.DataFrame:
     })
 
 
-def _twins_are_train(df: pd.DataFrame) -> None:
-    """An unprefixed series whose val/eval/test twin is in the same file is the train split (Keras'
-    ``loss`` beside ``val_loss`` on a console line, TensorBoard's ``loss`` beside ``eval/loss``):
-    the rule :func:`~autopsy.parsers.metric_tables.column_splits` applies to a table's columns,
-    applied to every source. In place; rows with a split already are left as they are."""
-    from autopsy.parsers.metric_tables import column_splits
+def _log_part(scan: Any) -> _Part:
+    """One log's rows; its tag codes straight from the scanner's columns when it kept them."""
+    import numpy as np
 
-    unsplit = df["split"] == ""
-    if not unsplit.any():
-        return
-    pairs = df[["path", "tag"]].astype(str).drop_duplicates()
-    train: list[tuple[str, str]] = []
-    for path, tags in pairs.groupby("path", sort=False)["tag"]:
-        got = column_splits(tags.tolist())
-        train.extend((str(path), t) for t, sp in got.items() if sp == "train" and not split_of(t))
-    if not train:
-        return
-    import pandas as pd
-
-    key = pd.MultiIndex.from_arrays([df["path"].astype(str), df["tag"].astype(str)])
-    df.loc[unsplit & key.isin(train), "split"] = TRAIN
+    series = scan.series
+    if getattr(series, "tag", None) is None or not hasattr(series, "tag_names"):
+        f = _log_series_frame(scan)
+        part = _Part.of_values("log", scan.path, f["tag"], f["step"], f["wall_time"], f["value"])
+        part.numbers["rank"] = _int64(f["rank"])  # the points' own ranks, else the log's
+        return part
+    f = _log_series_frame(scan, with_tags=False)
+    numbers = {name: f[name].array if name in ("step", "rank") else f[name].to_numpy()
+               for name in ("step", "wall_time", "value", "rank")}
+    return _Part("log", scan.path, np.frombuffer(series.tag, dtype=np.uint32), list(series.tag_names), numbers)
 
 
 def _empty_scalars() -> pd.DataFrame:

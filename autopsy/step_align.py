@@ -42,21 +42,33 @@ def logging_steps_of(states: Sequence[TrainerState], entries: Sequence[ConfigEnt
 
 def history_epoch_steps(states: Sequence[TrainerState]) -> dict[float, int]:
     """epoch -> step of every log_history entry whose epoch no other step shares."""
+    import numpy as np
+    import pandas as pd
+
     from autopsy.parsers.trainer_state import history_columns
 
-    out: dict[float, int] = {}
-    shared: set[float] = set()
-    for ts in states:
-        tags, steps, values = history_columns(ts.log_history)
-        for tag, step, value in zip(tags, steps, values, strict=False):
-            if tag != "epoch" or step is None:
+    keys, steps = [], []
+    for ts in states:  # columns, not a loop over every value: a big history holds millions
+        cols = getattr(ts.log_history, "columns", None)
+        if cols is not None:
+            names = list(cols.tag_names)
+            if "epoch" not in names:
                 continue
-            key, step = round(float(value), 9), int(step)
-            if out.setdefault(key, step) != step:
-                shared.add(key)
-    for key in shared:
-        del out[key]
-    return out
+            mask = cols.tag_codes == names.index("epoch")
+            keys.append(cols.values[mask])
+            steps.append(cols.steps[mask].astype(np.int64))
+            continue
+        tags, st, values = history_columns(ts.log_history)
+        mask = np.asarray(tags == "epoch", dtype=bool) & pd.notna(st)
+        keys.append(np.asarray(values, dtype=np.float64)[mask])
+        steps.append(np.asarray([int(x) for x in st[mask]], dtype=np.int64))
+    if not keys:
+        return {}
+    df = pd.DataFrame({"key": np.round(np.concatenate(keys), 9), "step": np.concatenate(steps)})
+    df = df[np.isfinite(df["key"])]
+    grouped = df.groupby("key", sort=False)["step"]
+    first, distinct = grouped.first(), grouped.nunique()
+    return {float(k): int(v) for k, v in first[distinct == 1].items()}
 
 
 def _ordinal_epochs(scan: LogScan) -> dict[int, float]:

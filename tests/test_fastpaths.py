@@ -157,3 +157,53 @@ def test_hf_dict_series_equal_literal_eval(tmp_path: Path) -> None:
     assert ours == sorted(expected)
     np.testing.assert_array_equal(sorted(p.lineno for p in scan.series if p.tag == "loss"),
                                   sorted({ln for ln, k, _ in expected if k == "loss"}))
+
+
+def _history_file(tmp_path: Path, seed: int) -> Path:
+    rng = random.Random(seed)
+    history: list[dict[str, Any]] = []
+    epoch = 0.0
+    for step in range(1, 3001):
+        epoch += 0.001 if rng.random() < 0.8 else 0.0  # some epochs shared by two steps: left out
+        history.append({"epoch": round(epoch, 4), "grad_norm": rng.random(), "learning_rate": 1e-4,
+                        "loss": rng.random(), "step": step})
+        if step % 500 == 0:
+            history.append({"epoch": round(epoch, 4), "eval_loss": rng.random(), "step": step})
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps({"global_step": 3000, "log_history": history}, indent=2, sort_keys=True))
+    return path
+
+
+def _plain_epoch_steps(history: list[dict[str, Any]]) -> dict[float, int]:
+    """The per-value loop history_epoch_steps replaced."""
+    out: dict[float, int] = {}
+    shared: set[float] = set()
+    for entry in history:
+        if "epoch" in entry and entry.get("step") is not None:
+            key, step = round(float(entry["epoch"]), 9), int(entry["step"])
+            if out.setdefault(key, step) != step:
+                shared.add(key)
+    return {k: v for k, v in out.items() if k not in shared}
+
+
+@pytest.mark.parametrize("columnar", [True, False])
+def test_epoch_steps_and_scalars_from_columns_equal_the_plain_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   columnar: bool) -> None:
+    from autopsy.parsers import ts_columns
+    from autopsy.parsers.trainer_state import LazyHistory
+    from autopsy.run_frames import scalars_frame
+    from autopsy.step_align import history_epoch_steps
+
+    path = _history_file(tmp_path, 5)
+    monkeypatch.setattr(ts_columns, "MIN_BYTES", 1 if columnar else 1 << 40)
+    ts = read_trainer_state(path, "trainer_state.json").value
+    assert isinstance(ts.log_history, LazyHistory) is columnar
+    history = json.loads(path.read_text())["log_history"]
+    want = _plain_epoch_steps(history)
+    assert 1000 < len(want) < 3000  # shared epochs were left out, the others kept
+    assert history_epoch_steps([ts]) == want
+    df = scalars_frame((), ts, ())
+    plain = [(k, e["step"], float(v)) for e in history for k, v in e.items() if k != "step"]
+    assert list(zip(df["tag"].astype(str), df["step"].astype(int), df["value"], strict=True)) == plain
+    assert set(df.loc[df["tag"] == "loss", "split"]) == {"train"} and set(df.loc[df["tag"] == "epoch", "split"]) == {""}
+    assert set(df.loc[df["tag"] == "eval_loss", "metric"]) == {"eval_loss"}

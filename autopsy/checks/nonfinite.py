@@ -23,6 +23,7 @@ from autopsy.metrics import EVAL_LOSS, LOSS, LOSS_SCALE
 from autopsy.model import Confidence, Evidence, Finding, Severity
 from autopsy.parsers.types import Hit
 from autopsy.run import Run
+from autopsy.run_frames import distinct_rows
 
 # The card's fp16 loss-scaler lines, by what each means (see autopsy.checks.loss_scale).
 SCALER_PATTERNS = ScalerPatterns(
@@ -57,15 +58,14 @@ def loss_like_series(run: Run, skip: Iterable[tuple[str, str]] = ()) -> list[Ser
     df = run.scalars
     if df.empty:
         return []
-    tags = df[["tag", "metric"]].drop_duplicates()
-    like = {str(t) for t, m in zip(tags["tag"], tags["metric"], strict=False)
+    like = {str(t) for t, m in distinct_rows(df, ("tag", "metric"))
             if is_loss_like(str(t), m if isinstance(m, str) else None)}
     if not like:
         return []
-    sel = df[df["tag"].astype(str).isin(like)]
+    sel = df[df["tag"].isin(like)]  # no astype(str): a categorical column compares by its codes
     done = set(skip)
     out: list[Series] = []
-    for (source, tag), rows in sel.groupby([sel["source"].astype(str), sel["tag"].astype(str)], sort=True):
+    for (source, tag), rows in sel.groupby(["source", "tag"], sort=True, observed=True):
         if (source, tag) in done:
             continue
         ranked = rows[rows["rank"].isna()] if rows["rank"].isna().any() else rows[rows["rank"] == rows["rank"].min()]
@@ -78,7 +78,7 @@ def loss_like_series(run: Run, skip: Iterable[tuple[str, str]] = ()) -> list[Ser
 
 def _split(run: Run, s: Series) -> str:
     df = run.scalars
-    got = df.loc[(df["tag"].astype(str) == s.tag) & (df["source"].astype(str) == s.source), "split"]
+    got = df.loc[(df["tag"] == s.tag) & (df["source"] == s.source), "split"]
     return str(got.iloc[0]) if len(got) else ""
 
 
@@ -158,8 +158,7 @@ def nan_lines(ctx: CheckContext) -> list[Finding]:
     found: list[tuple[Hit, str, str]] = []  # (line, key, value), the first key of each line
     keys: list[str] = []
     df = ctx.run.scalars
-    read = set() if df.empty else {(str(p), str(t).lower()) for p, t in
-                                    df[["path", "tag"]].drop_duplicates().itertuples(index=False)}
+    read = set() if df.empty else {(str(p), str(t).lower()) for p, t in distinct_rows(df, ("path", "tag"))}
     for hit in ctx.hits.get("nan_loss_line", ()):
         first = True
         for m in _NAN_LOSS.finditer(hit.text):

@@ -161,7 +161,7 @@ def _yolox_l1(ctx: CheckContext, s: Series) -> bool:
     if s.tag.lower() != "l1_loss":
         return False
     df = ctx.run.scalars
-    tags = {str(t).lower() for t in df.loc[df["path"].astype(str) == s.path, "tag"].unique()}
+    tags = {str(t).lower() for t in df.loc[df["path"] == s.path, "tag"].unique()}
     return _YOLOX_LOSSES <= tags
 
 
@@ -175,7 +175,7 @@ def _bar_frames(ctx: CheckContext, s: Series, steps: np.ndarray) -> bool:
     df = ctx.run.scalars
     if df.empty:
         return False
-    rates = df[(df["path"].astype(str) == s.path) & df["tag"].astype(str).isin(_BAR_RATES)]
+    rates = df[(df["path"] == s.path) & df["tag"].isin(_BAR_RATES)]
     if rates.empty:
         return False
     return int(np.isin(steps, rates["step"].dropna().astype("int64").to_numpy()).sum()) * 2 >= len(steps)

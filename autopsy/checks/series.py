@@ -75,8 +75,14 @@ def _frame_to_series(metric: str, sel: pd.DataFrame) -> Series | None:
         return None
     # One tag only: trainer_state mixes per-step "loss" with the end-of-run "train_loss" average,
     # TensorBoard may hold both "loss" and "train/loss"; the tag with most points is the series.
-    tag = sel["tag"].astype(str).value_counts().idxmax()
-    sel = sel[sel["tag"].astype(str) == tag]
+    import pandas as pd
+
+    # on a tie the tag seen first; factorized, not cast to str (a categorical's codes, not 1M strings)
+    codes, uniques = pd.factorize(sel["tag"])
+    counts = np.bincount(codes[codes >= 0], minlength=len(uniques))
+    tag = str(uniques[int(np.argmax(counts))]) if len(uniques) else ""
+    if len(uniques) > 1:
+        sel = sel[codes == int(np.argmax(counts))]
     steps = sel["step"]
     synthetic = bool(steps.isna().any())
     if synthetic:

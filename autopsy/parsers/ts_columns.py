@@ -56,9 +56,15 @@ class HistoryColumns:
     start: int  # offset of "[" in the file
     end: int  # offset just past the matching "]"
     n_entries: int
-    tags: np.ndarray  # object (str)
+    tag_codes: np.ndarray  # int, index into tag_names
+    tag_names: np.ndarray  # object (str)
     steps: np.ndarray  # int64
     values: np.ndarray  # float64
+
+    @property
+    def tags(self) -> np.ndarray:
+        """The tag of each value (object array of str), built on demand: the frame reads the codes."""
+        return self.tag_names[self.tag_codes]
 
 
 def scan_history(data: bytes) -> HistoryColumns | None:
@@ -107,7 +113,7 @@ def scan_history(data: bytes) -> HistoryColumns | None:
     codes = np.concatenate([c for c, _, _ in parts]) if len(parts) > 1 else parts[0][0]
     steps = np.concatenate([st for _, st, _ in parts]) if len(parts) > 1 else parts[0][1]
     vals = np.concatenate([v for _, _, v in parts]) if len(parts) > 1 else parts[0][2]
-    return HistoryColumns(lb, rb + 1, n_entries, tag_arr[codes], steps, vals)
+    return HistoryColumns(lb, rb + 1, n_entries, codes, tag_arr, steps, vals)
 
 
 def _scan_piece(buf: np.ndarray, lb: int, rb: int) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray, int] | None:
