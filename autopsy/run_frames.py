@@ -148,23 +148,24 @@ def _assemble(parts: list[_Part]) -> pd.DataFrame:
     metric_of = [canonical_metric(t) for t in tag_cats]
     metric_cats = sorted({m for m in metric_of if m is not None} | {"eval_loss"})
     metric_id = {m: i for i, m in enumerate(metric_cats)}
-    tag_metric = np.array([metric_id[m] if m is not None else -1 for m in metric_of], dtype=np.int64)
+    tag_metric = np.array([metric_id[m] if m is not None else -1 for m in metric_of], dtype=np.int32)
     twins = _train_twins(parts)
     split_names: dict[str, int] = {}
 
     def split_code(name: str) -> int:
         return split_names.setdefault(name, len(split_names))
 
+    # int32 codes: each n-row working array is half an int64's size (a 4M-row frame: 16 MB, not 32)
     tag_codes, split_codes = [], []
     for p in parts:
-        local_to_tag = np.array([tag_id[n] for n in p.names], dtype=np.int64)
-        local_split = np.array([split_code(_tag_split(n, p, twins)) for n in p.names], dtype=np.int64)
-        codes = np.asarray(p.codes, dtype=np.int64)
+        local_to_tag = np.array([tag_id[n] for n in p.names], dtype=np.int32)
+        local_split = np.array([split_code(_tag_split(n, p, twins)) for n in p.names], dtype=np.int32)
+        codes = np.asarray(p.codes, dtype=np.int32)
         tag_codes.append(local_to_tag[codes] if len(codes) else codes)
         row_split = local_split[codes] if len(codes) else codes
         if p.splits is not None:  # metric files say the split of each row themselves (a column, a record's mode)
             given, given_names = pd.factorize(p.splits, use_na_sentinel=True)
-            given_map = np.array([split_code(str(g)) if str(g) else -1 for g in given_names] + [-1], dtype=np.int64)
+            given_map = np.array([split_code(str(g)) if str(g) else -1 for g in given_names] + [-1], dtype=np.int32)
             given_codes = given_map[given]  # -1 (NA) indexes the trailing -1
             row_split = np.where(given_codes >= 0, given_codes, row_split)
         split_codes.append(row_split)
@@ -177,11 +178,11 @@ def _assemble(parts: list[_Part]) -> pd.DataFrame:
     if "loss" in metric_id and held_out:
         metric_all[(metric_all == metric_id["loss"]) & np.isin(split_all, held_out)] = metric_id["eval_loss"]
     split_cats = sorted(split_names)
-    split_order = np.empty(len(split_names), dtype=np.int64)
+    split_order = np.empty(len(split_names), dtype=np.int32)
     for name, code in split_names.items():
         split_order[code] = split_cats.index(name)
-    path_codes = np.repeat(np.array([paths.index(p.path) for p in parts], dtype=np.int64), sizes)
-    source_codes = np.repeat(np.array([sources.index(p.source) for p in parts], dtype=np.int64), sizes)
+    path_codes = np.repeat(np.array([paths.index(p.path) for p in parts], dtype=np.int32), sizes)
+    source_codes = np.repeat(np.array([sources.index(p.source) for p in parts], dtype=np.int32), sizes)
 
     def cat(codes: np.ndarray, cats: list[str]) -> pd.Categorical:
         return pd.Categorical.from_codes(codes, categories=pd.Index(cats, dtype=object))

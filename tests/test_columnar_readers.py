@@ -170,3 +170,28 @@ def test_unaligned_words_read_every_offset() -> None:
     buf = np.arange(40, dtype=np.uint8)
     words = tfrecord._unaligned(buf, "<u4")
     assert [int(words[i]) for i in (0, 1, 7)] == [struct.unpack_from("<I", bytes(buf), i)[0] for i in (0, 1, 7)]
+
+
+def test_lazy_history_keeps_no_bytes_and_rereads_only_the_same_file(tmp_path: Path, force_columnar: None) -> None:
+    """The columns are all a LazyHistory holds (issue 14: memory follows the frame, not the text);
+    its dicts come from the file read again, and a file changed since the read is refused, not
+    silently mixed with columns read from another version of it."""
+    import os
+
+    history = _regular_history(random.Random(11), 60)
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps({"global_step": 60, "log_history": history}, indent=2))
+    ts = read_trainer_state(path, "trainer_state.json").value
+    assert isinstance(ts.log_history, LazyHistory)
+    assert not any(isinstance(v, bytes) and len(v) > 100 for v in vars(ts.log_history).values())
+    expected = json.loads(path.read_text())["log_history"]  # orjson's dicts: ints past 64 bits become floats
+    assert [list(e) for e in ts.log_history] == [list(e) for e in expected]
+    assert _same(_plain(list(ts.log_history)), _plain(expected))
+
+    again = read_trainer_state(path, "trainer_state.json").value
+    text = path.read_text().replace('"step": 1\n', '"step": 9\n', 1)
+    path.write_text(text)
+    os.utime(path, ns=(1, 1))
+    with pytest.raises(ValueError, match="changed since it was read"):
+        list(again.log_history)
+    assert len(again.log_history) == 60  # the columns still answer

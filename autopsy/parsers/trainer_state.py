@@ -15,7 +15,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast, overload
 
@@ -45,7 +45,8 @@ def read_trainer_state(fs_path: Path, rel_path: str) -> Parsed:
     """Parse one trainer_state.json; never raises on damage (status + note instead)."""
     try:
         with os.fdopen(open_regular(fs_path), "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
+            st = os.fstat(fh.fileno())
+            size, identity = st.st_size, _identity(st)
             # readall() sizes its buffer from fstat; read(1 GiB) allocates and copies far more
             data = fh.read() if 0 < size <= MAX_BYTES else fh.read(MAX_BYTES + 1)
     except OSError as exc:
@@ -54,7 +55,7 @@ def read_trainer_state(fs_path: Path, rel_path: str) -> Parsed:
         return Parsed(None, ParseStatus.UNREADABLE, "empty file" if size == 0 else "only whitespace")
     if len(data) > MAX_BYTES:
         return Parsed(None, ParseStatus.SKIPPED, f"larger than {MAX_BYTES} bytes; not read")
-    fast = _read_columnar(data, rel_path)
+    fast = _read_columnar(data, rel_path, _Reread(fs_path, identity))
     if fast is not None:
         return Parsed(fast, ParseStatus.OK, None)
     obj, error = _loads(data)
@@ -159,7 +160,27 @@ def _salvage(data: bytes) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
     return fields, entries, cut_short
 
 
-def _read_columnar(data: bytes, rel_path: str) -> TrainerState | None:
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class _Reread:
+    """The bytes of a trainer_state.json read again, for the entry dicts of a :class:`LazyHistory`
+    asked for after the read: opened the safe way and only if it is the same file, unchanged
+    (device, inode, size, modification time), so the dicts are those of the file the columns came from."""
+
+    def __init__(self, fs_path: Path, identity: tuple[int, ...]) -> None:
+        self.fs_path, self.identity = fs_path, identity
+
+    def __call__(self) -> bytes:
+        with os.fdopen(open_regular(self.fs_path), "rb") as fh:
+            if _identity(os.fstat(fh.fileno())) != self.identity:
+                raise ValueError(f"{os.path.basename(self.fs_path)} changed since it was read: its log_history entries "
+                                 "are no longer those of the columns read")
+            return fh.read()
+
+
+def _read_columnar(data: bytes, rel_path: str, reread: Callable[[], bytes]) -> TrainerState | None:
     """A big, regular file: log_history straight to columns, dicts only on demand (None: read it the plain way)."""
     cols = scan_history(data)
     if cols is None:
@@ -169,30 +190,31 @@ def _read_columnar(data: bytes, rel_path: str) -> TrainerState | None:
     obj, error = _loads(data[:cols.start] + b"[]" + data[cols.end:])
     if error is not None or not isinstance(obj, dict) or obj.get("log_history") != []:
         return None
-    return _build(obj, rel_path, LazyHistory(data, cols))
+    return _build(obj, rel_path, LazyHistory(reread, cols))
 
 
 class LazyHistory(Sequence[dict[str, Any]]):
     """``log_history`` read as columns; the entry dicts are parsed on first use (equal to ``json.load``'s).
 
-    Holds the file's bytes (far less than 200k dicts would take); ``history_columns``
-    returns the columns without building a dict.
+    Holds the columns only, not the file's bytes (issue 14: memory follows the frame, not the
+    text): the dicts, wanted by API users, not by the rules, come from the file read again
+    (``reread``; a file changed since raises ValueError). ``history_columns`` returns the
+    columns without building a dict.
     """
 
-    def __init__(self, data: bytes, columns: Any) -> None:
-        self._data = data
+    def __init__(self, reread: Callable[[], bytes], columns: Any) -> None:
+        self._reread = reread
         self.columns = columns  # autopsy.parsers.ts_columns.HistoryColumns
         self._entries: tuple[dict[str, Any], ...] | None = None
 
     def _all(self) -> tuple[dict[str, Any], ...]:
         if self._entries is None:
             # wrapped in an object so that _loads puts NaN/Infinity back in the entries
-            view = memoryview(self._data)[self.columns.start:self.columns.end]
-            obj, error = _loads(b'{"log_history": ' + bytes(view) + b"}")
+            data = self._reread()
+            obj, error = _loads(b'{"log_history": ' + data[self.columns.start:self.columns.end] + b"}")
             if error is not None or not isinstance(obj, dict):  # the scan accepted it, so this cannot happen
                 raise ValueError(f"log_history no longer parses: {error}")
             self._entries = tuple(e for e in obj["log_history"] if isinstance(e, dict))
-            self._data = b""
         return self._entries
 
     def __len__(self) -> int:

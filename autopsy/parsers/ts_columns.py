@@ -98,7 +98,8 @@ def scan_history(data: bytes) -> HistoryColumns | None:
         if piece is None:
             return None
         codes, piece_keys, steps, vals, n = piece
-        to_global = np.array([where.setdefault(k, len(where)) for k in piece_keys], np.int64)
+        # int32: the code column is kept beside the frame
+        to_global = np.array([where.setdefault(k, len(where)) for k in piece_keys], np.int32)
         parts.append((to_global[codes], steps, vals))
         n_entries += n
         if cut < rb:  # the next piece starts after the "," between two entries
