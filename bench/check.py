@@ -11,8 +11,9 @@ package) on cases generated on the fly into a temporary directory: the smallest 
 (``fixtures/runs/disk_full``: the fixed cost every analysis pays), HF Trainer stdout beside
 interleaved torchrun ranks, Lightning bars beside Keras progress and open-world metric lines
 (shapes grouped in one run directory: see LOG_CASES), a log with few candidate lines, a run
-directory of 300 small files, and a trainer_state.json beside a TensorBoard event file; plus ``autopsy --help`` and ``autopsy rules list`` with and without
-their cache. For each case it prints autopsy's wall time over its in-run yardstick (``grep -E``
+directory of 300 small files, and a trainer_state.json beside a TensorBoard event file; plus
+``autopsy --help`` and ``autopsy rules list`` with and without their cache.
+For each case it prints autopsy's wall time over its in-run yardstick (``grep -E``
 with the same failure patterns for logs; ``python -c pass`` for start-up), its CPU seconds
 (user + system, children included), the same case's CPU seconds in the baseline's commit run
 interleaved with it (extracted from this repository with ``git archive``), their ratio, and
