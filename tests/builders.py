@@ -120,3 +120,16 @@ def bytes_read_while(fn: Any) -> tuple[Any, int]:
     before = rchar()
     out = fn()
     return out, rchar() - before
+
+
+def analyze_text(tmp_path: Path, text: str, name: str = "console.txt") -> Any:
+    """The report of a run directory holding one log, ``text``, quoted from a real message."""
+    from autopsy.api import analyze
+
+    (tmp_path / name).write_text(text, encoding="utf-8")
+    return analyze(tmp_path)
+
+
+def rules_of(report: Any) -> set[str]:
+    """The ids of every finding of ``report``."""
+    return {f.rule for f in report.findings}

@@ -8,17 +8,14 @@ Each log is quoted from a crash/batch16 corpus entry (named beside it) or anothe
 from __future__ import annotations
 
 import pytest
+from builders import analyze_text, rules_of
 
 
 def _report(tmp_path, text: str):  # type: ignore[no-untyped-def]
-    from autopsy.api import analyze
-
-    (tmp_path / "train.log").write_text(text, encoding="utf-8")
-    return analyze(tmp_path)
+    return analyze_text(tmp_path, text, "train.log")
 
 
-def _rules(report) -> set[str]:  # type: ignore[no-untyped-def]
-    return {f.rule for f in report.findings}
+_rules = rules_of
 
 
 _TORCHRUN_TB = ("Traceback (most recent call last):\n"

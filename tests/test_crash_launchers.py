@@ -7,17 +7,10 @@ Each log is quoted from a crash/batch14 corpus entry (named beside it) or anothe
 from __future__ import annotations
 
 import pytest
+from builders import analyze_text, rules_of
 
-
-def _report(tmp_path, text: str):  # type: ignore[no-untyped-def]
-    from autopsy.api import analyze
-
-    (tmp_path / "console.txt").write_text(text, encoding="utf-8")
-    return analyze(tmp_path)
-
-
-def _rules(report) -> set[str]:  # type: ignore[no-untyped-def]
-    return {f.rule for f in report.findings}
+_report = analyze_text
+_rules = rules_of
 
 
 # ray_47461 and simplerl_25: Ray's report of a dead worker lists the OOM killer and SIGSEGV only as possibilities

@@ -7,6 +7,7 @@ frames of the hang tests are those of real KeyboardInterrupt / stack-dump traceb
 from __future__ import annotations
 
 import pytest
+from builders import analyze_text, rules_of
 
 from autopsy.checks.crash_exception import _looks_like_exception
 from autopsy.checks.hang import is_hang_dump, is_stop, waiting_frame
@@ -175,15 +176,8 @@ def test_a_cut_traceback_right_below_a_relayed_stop_is_a_stop(tmp_path, above: s
 # ----------------------------------------------------------------------------- batch11's general causes
 # Each log below is quoted from a crash/batch11 corpus entry (named beside it) or another real thread.
 
-def _report(tmp_path, text: str):  # type: ignore[no-untyped-def]
-    from autopsy.api import analyze
-
-    (tmp_path / "console.txt").write_text(text, encoding="utf-8")
-    return analyze(tmp_path)
-
-
-def _rules(report) -> set[str]:  # type: ignore[no-untyped-def]
-    return {f.rule for f in report.findings}
+_report = analyze_text
+_rules = rules_of
 
 
 # modelbuilder_2779: libtorch's C++ report under its message, no Python traceback (ML.NET / TorchSharp)
