@@ -100,26 +100,28 @@ def significant_digits(v: float) -> int:
     return 16
 
 
-def decimal_places(v: float) -> int:
-    """How many decimals a logged value shows (0.1902 -> 4, 0.2 -> 1, 87.0 -> 0); 0 for a non-finite value."""
-    if not math.isfinite(v):
-        return 0
-    for d in range(0, 16):
-        if math.isclose(round(v, d), v, rel_tol=1e-12, abs_tol=1e-15):
-            return d
-    return 16
+_FIXED_PLACES_MAX = 9
 
 
 def _printed_places(series: list[Series]) -> dict[str, int]:
     """Per file, the most decimals any loss-like value in it shows: the printing's precision. Keras prints
     every loss of an epoch line with four decimals, so ``val_loss: 0.2000`` beside ``loss: 0.1902`` is a value
     known to 1e-4 (0.2 carries one significant digit, the printing four); a logger that prints 0.02 with two
-    decimals shows no more than two anywhere."""
+    decimals shows no more than two anywhere. A value showing more than ``_FIXED_PLACES_MAX`` decimals is a
+    float written in full (its shortest repr), not a fixed-width format, and says nothing about how the file's
+    other losses are rounded: HF's trainer_state.json keeps eval_loss in full beside a train loss rounded to 4
+    decimals, where a repeated ``0.0002`` is a converged loss at the rounding's floor, not a frozen one."""
     out: dict[str, int] = {}
     for s in series:
         v = s.values[np.isfinite(s.values)]
-        if v.size:
-            out[s.path] = max(out.get(s.path, 0), max(decimal_places(float(x)) for x in v))
+        if not v.size:
+            continue
+        shown = np.full(v.size, -1)
+        for d in range(_FIXED_PLACES_MAX, -1, -1):
+            shown[np.isclose(np.round(v, d), v, rtol=1e-12, atol=1e-15)] = d
+        fixed = shown[shown >= 0]
+        if fixed.size:
+            out[s.path] = max(out.get(s.path, 0), int(fixed.max()))
     return out
 
 
