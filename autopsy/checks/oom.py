@@ -244,7 +244,7 @@ _STRONG = {"windows_commit_limit": "Windows commit limit (RAM + page file)",
 _WEAK = {"bare_killed": "Killed", "shell_killed": "Killed", "zsh_killed": "Killed", "exit_137": "exit code 137",
          "ide_sigkill": "exit code 137",
          "worker_killed": "DataLoader worker SIGKILL", "torchrun_sigkill": "SIGKILL", "spawn_sigkill": "SIGKILL",
-         "subprocess_sigkill": "SIGKILL", "deepspeed_sigkill": "SIGKILL"}
+         "subprocess_sigkill": "SIGKILL", "deepspeed_sigkill": "SIGKILL", "mpi_sigkill": "SIGKILL"}
 _SCHEDULER_STOP = ("ctx_time_limit", "ctx_pbs_walltime", "ctx_lsf_runlimit", "ctx_timeout_124")
 
 
@@ -281,7 +281,7 @@ def host(ctx: CheckContext) -> Iterable[Finding]:
         facts["source"] = "exit code" if codes else "SIGKILL"
     if lead is not None:
         for g in ("pid", "process", "anon_rss_kb", "total_vm_kb", "oom_events", "node", "task", "requested",
-                  "requested_unit", "requested_bytes", "command", "signal", "local_rank", "jvm_pool"):
+                  "requested_unit", "requested_bytes", "command", "signal", "local_rank", "rank", "jvm_pool"):
             value = group(lead, g)
             if value is not None:
                 facts[g] = int(value.replace(",", "")) if value.replace(",", "").isdigit() else value
@@ -357,7 +357,8 @@ def _host_message(facts: dict[str, Any], lead: Hit | None, confidence: Confidenc
                  and "process" not in facts else "")
         return f"Host RAM ran out{at}: {what}{asked}{proc}{rss}{loc}."
     if confidence is Confidence.MEDIUM:
-        who = f"Local rank {facts['local_rank']} was" if "local_rank" in facts else "The process was"
+        who = (f"Local rank {facts['local_rank']} was" if "local_rank" in facts
+               else f"Rank {facts['rank']} was" if "rank" in facts else "The process was")
         seen = f"{loc[2:-1]}" if src == "SIGKILL" and loc else f"{src}{loc}"
         return (f"{who} killed with SIGKILL{at} ({seen}), most likely by the kernel OOM killer: "
                 "host RAM, not GPU memory, ran out.")
