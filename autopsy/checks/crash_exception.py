@@ -62,23 +62,60 @@ def _looks_like_exception(name: str) -> bool:
 
 # ----------------------------------------------------------------------------- crash.exception
 
+class _Explainer:
+    """Another card's firing pattern, compiled on first use (most tracebacks are explained by an early
+    one, so the ~250 built-in patterns need not all be compiled), with its rule id when it is gated
+    by frames (tb_causes). ``rx`` is None for a pattern that does not compile (it explains nothing)."""
+
+    __slots__ = ("_rx", "flags", "gated_by", "literals", "source")
+
+    def __init__(self, spec: PatternSpec, gated_by: str | None) -> None:
+        self.source, self.gated_by = spec.regex, gated_by
+        self.flags = regex.IGNORECASE if spec.ignore_case else 0
+        self.literals = tuple(lit.lower() for lit in spec.literals) if spec.ignore_case else spec.literals
+        self._rx: regex.Pattern[str] | bool | None = False  # False: not compiled yet
+
+    def hinted(self, lines: Sequence[str]) -> bool:
+        """One of its prefilter literals is in these lines: likely to match, so tried first."""
+        if not self.literals:
+            return False
+        hay = [ln.lower() for ln in lines] if self.flags else lines
+        return any(lit in ln for ln in hay for lit in self.literals)
+
+    @property
+    def rx(self) -> regex.Pattern[str] | None:
+        if self._rx is False:
+            try:
+                self._rx = regex.compile(self.source, self.flags)
+            except regex.error:
+                self._rx = None
+        return self._rx  # type: ignore[return-value]
+
+
 @functools.lru_cache(maxsize=8)
-def _explainers(specs: tuple[PatternSpec, ...]) -> tuple[tuple[regex.Pattern[str], str | None], ...]:
-    """Other cards' firing patterns, each with its rule id when it is gated by frames (tb_causes)."""
+def _explainers(specs: tuple[PatternSpec, ...]) -> tuple[_Explainer, ...]:
+    """Other cards' firing patterns, in catalog order."""
     out = []
     for spec in specs:
         rule, _, name = spec.key.rpartition("/")
         if rule == "crash.exception" or name.startswith(CONTEXT_PREFIX) or name.startswith("setup_"):
             continue
-        try:
-            rx = regex.compile(spec.regex, regex.IGNORECASE if spec.ignore_case else 0)
-        except regex.error:
-            continue
-        out.append((rx, rule if name.startswith(FRAMES_PREFIX) else None))
+        out.append(_Explainer(spec, rule if name.startswith(FRAMES_PREFIX) else None))
     return tuple(out)
 
 
-def _explained(tb: Traceback, explainers: Sequence[tuple[regex.Pattern[str], str | None]]) -> bool:
+def _likely_first(explainers: Sequence[_Explainer], lines: Sequence[str]) -> list[_Explainer]:
+    """The explainers whose literals occur in ``lines``, then all the others: only the order changes
+    (the question is whether *any* explains), so the first few usually answer it and the rest are
+    never compiled; an exception nothing explains still tries every one."""
+    hinted = [ex for ex in explainers if ex.hinted(lines)]
+    if not hinted:
+        return list(explainers)
+    first = set(map(id, hinted))
+    return hinted + [ex for ex in explainers if id(ex) not in first]
+
+
+def _explained(tb: Traceback, explainers: Sequence[_Explainer]) -> bool:
     lines = [exception_line(tb), *[f"{tb.exc_type}: {ln}" for ln in tb.message.splitlines()[1:12]],
              *tb.message.splitlines()[:12]]
     if not tb.exc_type:
@@ -89,8 +126,9 @@ def _explained(tb: Traceback, explainers: Sequence[tuple[regex.Pattern[str], str
         # call last)"); a paste cut before the last line leaves only that header to say what it was.
         lines.append(f"{tb.exc_type}                          Traceback (most recent call last)")
     context: str | None = None
-    for rx, gated_by in explainers:
-        if any(rx.search(line) for line in lines):
+    for ex in _likely_first(explainers, lines):
+        rx, gated_by = ex.rx, ex.gated_by
+        if rx is not None and any(rx.search(line) for line in lines):
             if gated_by is None:
                 return True
             context = frames_text(tb) if context is None else context
@@ -212,12 +250,13 @@ def exception(ctx: CheckContext) -> Iterable[Finding]:
 
 
 def _headless(ctx: CheckContext, ignore: set[str], min_after: int,
-              explainers: Sequence[regex.Pattern[str]]) -> list[Finding]:
+              explainers: Sequence[_Explainer]) -> list[Finding]:
     """The last line of an uncaught exception kept without its traceback (pastes, tail -n)."""
     def explained(h: Hit) -> bool:
         texts = [h.text, group(h, "message") or ""]
-        for rx, gated_by in explainers:
-            if any(rx.search(t) for t in texts) and (gated_by is None
+        for ex in _likely_first(explainers, texts):
+            rx, gated_by = ex.rx, ex.gated_by
+            if rx is not None and any(rx.search(t) for t in texts) and (gated_by is None
                                                      or gate_open(gated_by, hit_context(ctx.run, h))):
                 return True
         return False

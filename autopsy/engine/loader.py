@@ -83,7 +83,9 @@ def load_catalog(rules_dirs: Sequence[str | os.PathLike[str]] = (), *, builtin: 
                  fresh: bool = False) -> Catalog:
     """Load the built-in cards, then each of ``rules_dirs`` in order (later ones override).
 
-    Built-in cards are parsed once per process (cached; ``fresh=True`` reads them again);
+    Built-in cards are parsed once per process, and served from a cache file while no card,
+    engine source or dependency changed (:mod:`autopsy.engine.card_cache`); ``fresh=True``
+    reads and validates them again;
     user directories are read on every call so edits show up. Never raises on a bad card:
     see ``Catalog.errors``.
     """
@@ -93,7 +95,7 @@ def load_catalog(rules_dirs: Sequence[str | os.PathLike[str]] = (), *, builtin: 
     if builtin:
         base = builtin_rules_dir()
         if base is not None:
-            b_cards, b_errors = (_load_builtin.__wrapped__ if fresh else _load_builtin)(str(base))
+            b_cards, b_errors = (_read_builtin if fresh else _load_builtin)(str(base))
             cards.update(b_cards)
             errors.extend(b_errors)
     for d in rules_dirs:
@@ -119,6 +121,14 @@ def load_catalog(rules_dirs: Sequence[str | os.PathLike[str]] = (), *, builtin: 
 
 @functools.lru_cache(maxsize=4)
 def _load_builtin(base: str) -> tuple[dict[str, Card], tuple[CardError, ...]]:
+    """Once per process; across processes from the never-stale cache of :mod:`autopsy.engine.card_cache`."""
+    from autopsy.engine.card_cache import cached_builtin
+
+    return cached_builtin(base, _read_builtin)
+
+
+def _read_builtin(base: str) -> tuple[dict[str, Card], tuple[CardError, ...]]:
+    """The full load of the built-in cards: every file read, validated, its samples run."""
     cards, errors = load_dir(Path(base), display_root=Path(base).parent)
     return {cid: replace(card, builtin=True) for cid, card in cards.items()}, tuple(errors)
 

@@ -21,6 +21,7 @@ with (tests compare them).
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections import deque
@@ -50,11 +51,20 @@ REGEX_BUDGET_S = 20.0
 
 @dataclass(frozen=True)
 class CompiledPattern:
+    """One pattern of the scan. ``rx`` is compiled on first use for a built-in card's pattern
+    (``guarded`` False: the loader compiled it when it validated the card, so it cannot fail),
+    and up front for any other, whose compile error :func:`compile_patterns` reports."""
+
     key: str
-    rx: regex.Pattern[str]
+    source: str
+    flags: int
     literals: tuple[str, ...]  # lower-cased when ignore_case; empty = test every segment
     ignore_case: bool
     guarded: bool = True  # searched with REGEX_TIMEOUT_S and counted against REGEX_BUDGET_S
+
+    @functools.cached_property
+    def rx(self) -> regex.Pattern[str]:
+        return regex.compile(self.source, self.flags)
 
 
 class LiteralFinder:
@@ -114,7 +124,8 @@ def _usable(lit: str) -> bool:
 
 def compile_patterns(specs: Sequence[PatternSpec], *, use_accelerator: bool = True) -> CompiledPatterns:
     """Compile every spec (with ``regex``); a spec that does not compile is left out and
-    named in ``errors`` instead of raising."""
+    named in ``errors`` instead of raising. A built-in card's spec (``guarded`` False), which
+    the loader validated, is compiled on its first search instead (see :class:`CompiledPattern`)."""
     pats: list[CompiledPattern] = []
     errors: dict[str, str] = {}
     cs: list[bytes] = []
@@ -122,11 +133,13 @@ def compile_patterns(specs: Sequence[PatternSpec], *, use_accelerator: bool = Tr
     every = False
     for spec in specs:
         flags = regex.IGNORECASE if spec.ignore_case else 0
-        try:
-            rx = regex.compile(spec.regex, flags)
-        except (regex.error, TypeError, ValueError, OverflowError) as exc:
-            errors[spec.key] = f"{type(exc).__name__}: {exc}"
-            continue
+        rx = None
+        if spec.guarded:  # built-in patterns (unguarded) compile on first use: most never do
+            try:
+                rx = regex.compile(spec.regex, flags)
+            except (regex.error, TypeError, ValueError, OverflowError) as exc:
+                errors[spec.key] = f"{type(exc).__name__}: {exc}"
+                continue
         lits = tuple(spec.literals)
         if spec.ignore_case:
             # bytes.lower() only folds ASCII: a non-ASCII literal cannot prefilter
@@ -139,7 +152,10 @@ def compile_patterns(specs: Sequence[PatternSpec], *, use_accelerator: bool = Tr
         if not lits:
             every = True
         (ic if spec.ignore_case else cs).extend(lit.encode("utf-8") for lit in lits)
-        pats.append(CompiledPattern(spec.key, rx, lits, spec.ignore_case, spec.guarded))
+        pat = CompiledPattern(spec.key, spec.regex, flags, lits, spec.ignore_case, spec.guarded)
+        if rx is not None:
+            pat.__dict__["rx"] = rx  # the cached_property's slot: compiled once, here
+        pats.append(pat)
     return CompiledPatterns(
         tuple(pats),
         LiteralFinder(cs, use_accelerator=use_accelerator),
