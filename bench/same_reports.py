@@ -7,8 +7,8 @@ with OTHER_CHECKOUT's (``git archive COMMIT | tar -x -C DIR`` makes one), each i
 process with bytecode on and its own empty cache directory, and compares the two reports
 byte for byte after dropping what depends on the moment of the analysis, not on the code:
 ``run.disk_at_analysis`` (the free space of the file system now), the retention forecast made
-from it, and the free space quoted in the fix's text ("59.0 GB free when autopsy looked"). Exit 1 on any difference, with the first
-differing lines of each.
+from it, and the free space quoted in the fix's text ("59.0 GB free when autopsy looked").
+Exit 1 on any difference, with the first differing lines of each.
 """
 
 from __future__ import annotations
