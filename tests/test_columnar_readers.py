@@ -124,6 +124,53 @@ def test_irregular_history_takes_the_plain_path(tmp_path: Path, force_columnar: 
     assert _same(list(zip(tags.tolist(), steps.tolist(), values.tolist(), strict=True)), _plain(expected))
 
 
+@pytest.mark.parametrize(("shape", "columnar"), [
+    ("regular", True),
+    ("escape_after_history", False),  # the no-escape precondition holds for the whole file, not only the array
+    ("history_after_long_fields", False),  # "log_history" past PREFIX_MAX: not the Trainer's layout
+    # 200 KB of blanks between two entries: inside one piece they are scanned, across reads more
+    # than ENTRY_MAX of them is refused; either way the result is json's
+    ("long_blank_run_between_entries", None),
+    ("blank_run_before_the_end", False),  # the array's end is checked on its last 64 bytes, as on whole bytes
+])
+def test_the_stream_holds_the_file_wide_checks(tmp_path: Path, force_columnar: None, monkeypatch: pytest.MonkeyPatch,
+                                               shape: str, columnar: bool | None) -> None:
+    """The stream sees the file a block at a time; what the whole-bytes scan checked on the whole
+    file (no backslash anywhere, the array's place, its end) must still hold, else the plain path."""
+    monkeypatch.setattr(ts_columns, "PREFIX_MAX", 4 << 10)
+    monkeypatch.setattr(ts_columns, "ENTRY_MAX", 8 << 10)
+    history = _regular_history(random.Random(5), 60)
+    state: dict[str, Any] = {"global_step": 60, "log_history": history, "trial_name": "run"}
+    if shape == "escape_after_history":
+        state["trial_name"] = 'a "quoted" name'
+    if shape == "history_after_long_fields":
+        state = {"best_model_checkpoint": "x" * (8 << 10), **state}
+    text = json.dumps(state, indent=2)
+    if shape == "long_blank_run_between_entries":
+        text = text.replace("},\n    {", "}," + " " * (200 << 10) + "{", 1)
+    if shape == "blank_run_before_the_end":
+        text = text.replace("}\n  ],", "}" + " " * 3000 + "],", 1)
+    path = tmp_path / "trainer_state.json"
+    path.write_text(text)
+    ts = read_trainer_state(path, "trainer_state.json").value
+    if columnar is not None:
+        assert isinstance(ts.log_history, LazyHistory) is columnar
+    expected = json.loads(text)
+    tags, steps, values = history_columns(ts.log_history)
+    got = list(zip(tags.tolist(), steps.tolist(), values.tolist(), strict=True))
+    assert _same(got, _plain(expected["log_history"]))
+    assert ts.extra.get("trial_name") == expected["trial_name"]
+
+
+def test_a_stream_longer_than_its_limit_is_left_to_the_plain_path(force_columnar: None) -> None:
+    """A file that grew while it was read: more bytes than fstat said (the limit) is not scanned."""
+    import io
+
+    text = json.dumps({"global_step": 9, "log_history": _regular_history(random.Random(2), 9)}, indent=2).encode()
+    assert ts_columns.scan_history_stream(io.BytesIO(text), len(text), len(text)) is not None
+    assert ts_columns.scan_history_stream(io.BytesIO(text), len(text), len(text) - 1) is None
+
+
 def test_repeated_key_keeps_json_semantics(tmp_path: Path, force_columnar: None) -> None:
     text = '{"log_history": [{"loss": 1.0, "loss": 2.0, "step": 1}, {"loss": 3.0, "step": 2}], "global_step": 2}'
     path = tmp_path / "trainer_state.json"

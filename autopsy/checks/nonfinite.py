@@ -17,7 +17,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from autopsy.checks.loss_scale import ScalerPatterns, nan_stop, scale_collapse
-from autopsy.checks.series import Series, _frame_to_series, fmt_value, load_series, rounded
+from autopsy.checks.series import Series, fmt_value, load_series, rounded, series_at
 from autopsy.engine.types import CheckContext, NotEvaluated
 from autopsy.metrics import EVAL_LOSS, LOSS, LOSS_SCALE
 from autopsy.model import Confidence, Evidence, Finding, Severity
@@ -62,15 +62,20 @@ def loss_like_series(run: Run, skip: Iterable[tuple[str, str]] = ()) -> list[Ser
             if is_loss_like(str(t), m if isinstance(m, str) else None)}
     if not like:
         return []
-    sel = df[df["tag"].isin(like)]  # no astype(str): a categorical column compares by its codes
+    # Positions, not a filtered copy of the frame (no astype(str): a categorical compares by codes)
+    at_like = np.flatnonzero(df["tag"].isin(like).to_numpy(dtype=bool))
     done = set(skip)
     out: list[Series] = []
-    for (source, tag), rows in sel.groupby(["source", "tag"], sort=True, observed=True):
+    groups = df[["source", "tag"]].iloc[at_like].groupby(["source", "tag"], sort=True, observed=True).indices
+    for (source, tag), at in groups.items():
         if (source, tag) in done:
             continue
-        ranked = rows[rows["rank"].isna()] if rows["rank"].isna().any() else rows[rows["rank"] == rows["rank"].min()]
-        s = _frame_to_series(str(ranked["metric"].iloc[0]) if isinstance(ranked["metric"].iloc[0], str) else tag,
-                             ranked)
+        rows = at_like[at]
+        rank = df["rank"].iloc[rows]
+        no_rank = rank.isna().to_numpy(dtype=bool)
+        rows = rows[no_rank] if no_rank.any() else rows[(rank == rank.min()).to_numpy(dtype=bool)]
+        metric = df["metric"].iloc[int(rows[0])]
+        s = series_at(str(metric) if isinstance(metric, str) else tag, df, rows)
         if s is not None:
             out.append(s)
     return out

@@ -71,45 +71,55 @@ class Series:
 
 
 def _frame_to_series(metric: str, sel: pd.DataFrame) -> Series | None:
-    if sel.empty:
+    return series_at(metric, sel, np.arange(len(sel)))
+
+
+def series_at(metric: str, frame: pd.DataFrame, rows: np.ndarray) -> Series | None:
+    """The series of ``metric`` made of ``frame``'s rows at positions ``rows``.
+
+    Rows stay positions and only the columns the series needs are read at them: filtered,
+    sorted and deduplicated copies of the frame were a check's memory peak on big runs.
+    """
+    if not len(rows):
         return None
-    # One tag only: trainer_state mixes per-step "loss" with the end-of-run "train_loss" average,
-    # TensorBoard may hold both "loss" and "train/loss"; the tag with most points is the series.
     import pandas as pd
 
-    # on a tie the tag seen first; factorized, not cast to str (a categorical's codes, not 1M strings)
-    codes, uniques = pd.factorize(sel["tag"])
+    # One tag only: trainer_state mixes per-step "loss" with the end-of-run "train_loss" average,
+    # TensorBoard may hold both "loss" and "train/loss"; the tag with most points is the series.
+    # On a tie the tag seen first; factorized, not cast to str (a categorical's codes, not 1M strings).
+    codes, uniques = pd.factorize(frame["tag"].iloc[rows])
     counts = np.bincount(codes[codes >= 0], minlength=len(uniques))
     tag = str(uniques[int(np.argmax(counts))]) if len(uniques) else ""
     if len(uniques) > 1:
-        sel = sel[codes == int(np.argmax(counts))]
-    steps = sel["step"]
+        rows = rows[codes == int(np.argmax(counts))]
+    del codes
+    steps = frame["step"].iloc[rows]
     synthetic = bool(steps.isna().any())
     if synthetic:
-        step_arr = np.arange(1, len(sel) + 1, dtype=np.int64)
+        step_arr = np.arange(1, len(rows) + 1, dtype=np.int64)
     else:
         step_arr = steps.astype("int64").to_numpy()
         order = np.argsort(step_arr, kind="stable")
-        sel = sel.iloc[order]
         step_arr = step_arr[order]
         # Restarted runs re-log steps: keep the last written value of each step.
         keep = np.ones(len(step_arr), dtype=bool)
         keep[:-1] = step_arr[1:] != step_arr[:-1]
-        sel = sel[keep]
+        rows = rows[order][keep]
         step_arr = step_arr[keep]
-    rank_vals = sel["rank"].dropna().unique()
+    del steps
+    rank_vals = frame["rank"].iloc[rows].dropna().unique()
     rank = int(rank_vals[0]) if len(rank_vals) == 1 else None
-    paths = sel["path"].astype(str).unique()
+    paths = frame["path"].iloc[rows].unique()  # in order of first appearance (a categorical's: no strings)
     path = str(paths[-1]) if len(paths) else ""
     return Series(
         metric=metric,
-        source=str(sel["source"].iloc[0]),
+        source=str(frame["source"].iloc[int(rows[0])]),
         path=path,
         tag=str(tag),
         rank=rank,
         steps=step_arr,
-        values=sel["value"].to_numpy(dtype="float64"),
-        wall_times=sel["wall_time"].to_numpy(dtype="float64"),
+        values=frame["value"].to_numpy(dtype="float64")[rows],
+        wall_times=frame["wall_time"].to_numpy(dtype="float64")[rows],
         synthetic_steps=synthetic,
     )
 

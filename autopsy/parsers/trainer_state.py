@@ -5,7 +5,7 @@ sort_keys=True)``), so it holds Python's ``NaN``/``Infinity`` literals when a lo
 up, and a crash mid-save leaves it cut short. Both are read: orjson (when installed) for
 speed, the stdlib for the non-standard literals, and a salvage pass that keeps every
 complete ``log_history`` entry and the top-level fields written before the cut. Big regular
-files skip the per-entry dicts: ``autopsy.parsers.ts_columns`` reads the history into
+files are streamed and skip the per-entry dicts: ``autopsy.parsers.ts_columns`` reads the history into
 columns and ``log_history`` becomes a :class:`LazyHistory` (dicts parsed on first use).
 """
 
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, cast, overload
 from autopsy.model import ParseStatus
 from autopsy.parsers.numbers import INT_MAX, bounded_float, bounded_int
 from autopsy.parsers.safe_open import open_regular
-from autopsy.parsers.ts_columns import scan_history
+from autopsy.parsers.ts_columns import HistoryColumns, scan_history_stream
 from autopsy.parsers.types import Parsed, TrainerState
 
 if TYPE_CHECKING:
@@ -47,6 +47,13 @@ def read_trainer_state(fs_path: Path, rel_path: str) -> Parsed:
         with os.fdopen(open_regular(fs_path), "rb") as fh:
             st = os.fstat(fh.fileno())
             size, identity = st.st_size, _identity(st)
+            # A big regular file is read as a stream straight into columns, never whole
+            found = scan_history_stream(fh, size, MAX_BYTES) if 0 < size <= MAX_BYTES else None
+            if found is not None:
+                fast = _columnar_state(*found, rel_path, _Reread(fs_path, identity))
+                if fast is not None:
+                    return Parsed(fast, ParseStatus.OK, None)
+            fh.seek(0)
             # readall() sizes its buffer from fstat; read(1 GiB) allocates and copies far more
             data = fh.read() if 0 < size <= MAX_BYTES else fh.read(MAX_BYTES + 1)
     except OSError as exc:
@@ -55,9 +62,6 @@ def read_trainer_state(fs_path: Path, rel_path: str) -> Parsed:
         return Parsed(None, ParseStatus.UNREADABLE, "empty file" if size == 0 else "only whitespace")
     if len(data) > MAX_BYTES:
         return Parsed(None, ParseStatus.SKIPPED, f"larger than {MAX_BYTES} bytes; not read")
-    fast = _read_columnar(data, rel_path, _Reread(fs_path, identity))
-    if fast is not None:
-        return Parsed(fast, ParseStatus.OK, None)
     obj, error = _loads(data)
     if error is None:
         if not isinstance(obj, dict):
@@ -180,14 +184,13 @@ class _Reread:
             return fh.read()
 
 
-def _read_columnar(data: bytes, rel_path: str, reread: Callable[[], bytes]) -> TrainerState | None:
-    """A big, regular file: log_history straight to columns, dicts only on demand (None: read it the plain way)."""
-    cols = scan_history(data)
-    if cols is None:
-        return None
-    # The rest of the file with an empty history must parse and give exactly that empty
-    # history: then the array the scan read is the file's log_history.
-    obj, error = _loads(data[:cols.start] + b"[]" + data[cols.end:])
+def _columnar_state(cols: HistoryColumns, rest: bytes, rel_path: str,
+                    reread: Callable[[], bytes]) -> TrainerState | None:
+    """The state of a big, regular file from its history's columns and ``rest`` (the file with
+    the history array replaced by ``[]``); dicts only on demand. None: read it the plain way."""
+    # The rest must parse and give exactly that empty history: then the array the scan read is
+    # the file's log_history.
+    obj, error = _loads(rest)
     if error is not None or not isinstance(obj, dict) or obj.get("log_history") != []:
         return None
     return _build(obj, rel_path, LazyHistory(reread, cols))

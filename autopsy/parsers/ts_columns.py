@@ -14,9 +14,11 @@ history in one regular shape (``json.dumps(indent=2, sort_keys=True)``: flat obj
    ``orjson.loads`` call (C speed, correctly rounded, same floats as ``json``). ``NaN``,
    ``Infinity``, ``null``, ``true`` and ``false`` are recognised by their first byte.
 
-The array is scanned in pieces of whole entries (``PIECE_BYTES``), so the working arrays
-stay a few times one piece and memory is the file's bytes plus the columns (issue 14: a
-400 MB file took 8x its size when the whole array was scanned at once).
+The file is read as a stream, in pieces of whole entries (``PIECE_BYTES``): the bytes held
+at any time are one piece and the room after it, never the file, so memory is the columns
+plus one piece's work (issue 14: a 400 MB file took 8x its size when the whole array was
+scanned at once from the whole file's bytes). The piece reading itself is
+``autopsy.parsers.ts_pieces``.
 
 Anything else (string or nested values, duplicate keys, odd whitespace, a value longer than
 the window, no orjson) returns None and the caller parses the file the plain way, so the
@@ -25,10 +27,14 @@ result always equals ``json.load`` + the per-value loop (tests/test_fastpaths.py
 
 from __future__ import annotations
 
+import io
 import re
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
+
+from autopsy.parsers.ts_pieces import SPACE, WIN, scan_piece
 
 try:
     import orjson as _orjson
@@ -37,16 +43,13 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 MIN_BYTES = 1 << 20  # below this the plain parse is as fast; tests lower it to cover this path
 PIECE_BYTES = 2 << 20  # the history is scanned this much at a time (tests lower it to cut often)
-# Value windows: a space, the value, its comma (after "\n    }" for an entry's last value).
-# 24 bytes hold what the Trainer writes; 32 is the retry for longer values.
-_WIDTHS = (24, 32)
-_WIN = max(_WIDTHS)  # room needed after the array's end
+PREFIX_MAX = 1 << 20  # "log_history" must start within this (the Trainer writes ~300 bytes of fields before it)
+ENTRY_MAX = 16 << 20  # an entry (or a run of blanks) longer than this is not the Trainer's shape
+_ROOM = WIN + 8  # bytes a piece's value windows read past its end (blanked)
 _HISTORY = re.compile(rb'"log_history"\s*:\s*\[')
 _OPENS = re.compile(rb"\s*\{")
 _WS = re.compile(rb"\s*")
 _CLOSES = re.compile(rb".*\}\s*\]\Z", re.S)
-_Q, _COLON, _LBRACE, _RBRACE, _COMMA, _SPACE = 34, 58, 123, 125, 44, 32
-_C1, _C2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
 
 
 @dataclass
@@ -69,253 +72,141 @@ class HistoryColumns:
 
 def scan_history(data: bytes) -> HistoryColumns | None:
     """Columns of a regular ``log_history`` array in ``data``, or None to take the plain path."""
-    if _orjson is None or len(data) < MIN_BYTES or b"\\" in data:
-        return None  # no escapes anywhere: quotes then delimit strings exactly
-    m = _HISTORY.search(data)
-    if m is None or data.count(b'"', 0, m.start()) % 2:
-        return None  # not found, or found inside a string
+    found = scan_history_stream(io.BytesIO(data), len(data), len(data))
+    return None if found is None else found[0]
+
+
+def scan_history_stream(fh: BinaryIO, size: int, limit: int) -> tuple[HistoryColumns, bytes] | None:
+    """Columns of a regular ``log_history`` read from ``fh`` (at its start, ``size`` bytes by
+    fstat), and the file's other bytes with the array replaced by ``[]``; None to take the
+    plain path (then ``fh`` must be read again from its start). More than ``limit`` bytes in
+    the stream (a file that grew) is None too: the plain path reports the size."""
+    if _orjson is None or size < MIN_BYTES:
+        return None
+    src = _Source(fh, limit)
+    head = b""
+    while (m := _HISTORY.search(head)) is None:
+        if len(head) > PREFIX_MAX or not src.more():
+            return None
+        head += src.take()
+    # no escapes anywhere (every block is checked as it is read): quotes then delimit strings exactly
+    if src.escaped or m.start() > PREFIX_MAX or head.count(b'"', 0, m.start()) % 2:
+        return None  # an escape, or "log_history" found inside a string
     lb = m.end() - 1
-    rb = data.find(b"]", lb)
-    if rb < 0 or data.find(b"[", lb + 1, rb) >= 0:
-        return None  # nested arrays (or a key holding "]"): not the regular shape
-    if not _OPENS.match(data, lb + 1) or not _CLOSES.match(data[max(lb + 1, rb - 64):rb + 1]):
+    prefix, pending = head[:lb], _fill(src, head[lb:], 1 + _ROOM)  # pending starts at "["
+    del head
+    if not _OPENS.match(pending, 1):
         return None  # empty, or not a list of objects
-    buf = np.frombuffer(data, np.uint8)
-    if len(data) - rb < _WIN + 8:  # windows near the end need room: pad (small files only)
-        buf = np.concatenate([buf, np.full(_WIN + 8, _SPACE, np.uint8)])
-    # The array is read in pieces of about PIECE_BYTES cut after an entry's "}" (and its ","),
-    # so the scan's working arrays (a few times a piece) do not grow with the file: memory
-    # is the file's bytes, the columns and one piece's work.
+    base = lb  # file offset of pending[0], the current piece's first byte
     where: dict[str, int] = {}  # key -> its code in the whole history
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    code_parts: list[np.ndarray] = []
+    step_parts: list[np.ndarray] = []
+    value_parts: list[np.ndarray] = []
     n_entries = 0
-    start = lb
-    while start < rb:
-        cut = rb if rb - start <= PIECE_BYTES else data.find(b"}", start + PIECE_BYTES, rb) + 1
+    while True:
+        pending = _fill(src, pending, PIECE_BYTES + _ROOM)
+        rb = pending.find(b"]")
+        while rb < 0 and pending.find(b"}", PIECE_BYTES) < 0:  # an entry longer than the room
+            if not src.more() or len(pending) > ENTRY_MAX:
+                return None  # unterminated, or not the Trainer's shape
+            pending += src.take()
+            rb = pending.find(b"]")
+        cut = rb if 0 <= rb <= PIECE_BYTES else pending.find(b"}", PIECE_BYTES, rb if rb >= 0 else len(pending)) + 1
         if cut <= 0:
             cut = rb
-        piece = _scan_piece(buf, start, cut)
+        if pending.find(b"[", 1 if base == lb else 0, cut) >= 0:
+            return None  # nested arrays (or a key holding "["): not the regular shape
+        if cut == rb and not _CLOSES.match(pending[max(1 if base == lb else 0, rb - 64):rb + 1]):
+            return None  # the array does not end with an entry
+        piece = scan_piece(_padded(pending, cut), 0, cut)
         if piece is None:
             return None
         codes, piece_keys, steps, vals, n = piece
         # int32: the code column is kept beside the frame
         to_global = np.array([where.setdefault(k, len(where)) for k in piece_keys], np.int32)
-        parts.append((to_global[codes], steps, vals))
+        code_parts.append(to_global[codes])
+        step_parts.append(steps)
+        value_parts.append(vals)
         n_entries += n
-        if cut < rb:  # the next piece starts after the "," between two entries
-            after = _WS.match(data, cut).end()  # type: ignore[union-attr]  # \s* always matches
-            if after == rb:  # the cut fell after the last entry
-                break
-            if data[after:after + 1] != b",":
-                return None
-            cut = after + 1
-        start = cut
-    tag_arr = np.array(sorted(where, key=where.__getitem__), dtype=object)
-    codes = np.concatenate([c for c, _, _ in parts]) if len(parts) > 1 else parts[0][0]
-    steps = np.concatenate([st for _, st, _ in parts]) if len(parts) > 1 else parts[0][1]
-    vals = np.concatenate([v for _, _, v in parts]) if len(parts) > 1 else parts[0][2]
-    return HistoryColumns(lb, rb + 1, n_entries, codes, tag_arr, steps, vals)
-
-
-def _scan_piece(buf: np.ndarray, lb: int, rb: int) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray, int] | None:
-    """(key code, keys, step, value) of the numeric values of the entries in ``buf[lb:rb]``,
-    and the entry count; None when the piece is not the regular shape.
-
-    The piece is whole entries: the array's "[" or the byte after a "," between entries,
-    up to the array's "]" or just past an entry's "}".
-    """
-    q = np.flatnonzero(buf[lb:rb] == _Q)
-    if len(q) % 2 or not len(q):
-        return None
-    op, cl = q[0::2] + lb, q[1::2] + lb  # file offsets of each key's quotes
-    del q
-    if (buf[cl + 1] != _COLON).any():
-        return None  # a string that is not a key: a string value
-    codes, keys = _key_codes(buf, op, cl)
-    if codes is None or any(ch in k for k in keys for ch in '{}[],:'):
-        return None  # a key holding a structural byte would have fooled the byte counts below
-    region = buf[lb:rb]
-    ob = np.flatnonzero(region == _LBRACE) + lb
-    n_entries = len(ob)
-    if not n_entries or np.count_nonzero(region == _RBRACE) != n_entries \
-            or np.count_nonzero(region == _COMMA) != len(op) - 1:
-        return None  # with flat objects: one "}" per "{", one comma between values and between entries
-    # the first key of each entry: the first after its "{" (200k lookups, not one per key)
-    firsts = np.searchsorted(op, ob)
-    # every entry holds a key: its first key comes before the next entry's "{"
-    if firsts[0] != 0 or (np.diff(firsts) < 1).any() or firsts[-1] >= len(op) or (op[firsts[1:] - 1] > ob[1:]).any():
-        return None
-    last = np.zeros(len(op), bool)  # the last key of its entry
-    last[firsts[1:] - 1] = True
-    last[-1] = True
-    entry = np.repeat(np.arange(n_entries), np.diff(np.append(firsts, len(op))))
-    upto = np.append(op[1:], rb)
-    parsed = None
-    for width in _WIDTHS:  # a narrow window is cheaper; a long value needs the wide one
-        parsed = _values(buf, cl + 2, upto, last, width)
-        if parsed is not None:
+        if cut == rb:
             break
-    if parsed is None:
-        return None
-    vals, numeric = parsed
-    ends = np.flatnonzero(last)
-    starts = np.concatenate([[0], ends[:-1] + 1])
-    # A repeated key in one entry: json keeps the last value, the scan would keep both.
-    if len(keys) >= 64:
-        return None
-    per = np.bitwise_or.reduceat(np.left_shift(np.uint64(1), codes.astype(np.uint64)), starts)
-    if (np.bitwise_count(per) != ends - starts + 1).any():
-        return None
-    step_code = keys.index("step") if "step" in keys else -1
-    is_step = codes == step_code
-    # every entry needs exactly one integer step: anything else (missing, float, null) takes the plain path
-    if step_code < 0 or int(is_step.sum()) != n_entries:
-        return None
-    step_vals = vals[is_step]
-    # integral (a "5.0" step reads as 5: equal to json's 5.0) and exact in int64
-    if not numeric[is_step].all() or not (np.abs(step_vals) < 2.0**53).all() \
-            or (step_vals != np.floor(step_vals)).any():
-        return None
-    steps = step_vals.astype(np.int64)
-    keep = numeric & ~is_step
-    return codes[keep], keys, steps[entry[keep]], vals[keep], n_entries
-
-
-def _key_codes(buf: np.ndarray, op: np.ndarray, cl: np.ndarray) -> tuple[np.ndarray | None, list[str]]:
-    """A small int per key occurrence and the key strings, or (None, []) if keys are not all text."""
-    import pandas as pd
-
-    kl = (cl - op - 1).astype(np.int64)
-    u8 = _unaligned(buf, "<u8")
-    first = u8[op + 1]
-    last = u8[np.maximum(cl - 8, 0)]
-    short = kl < 8
-    if short.any():  # keep only the key's own bytes
-        keep_bits = np.where(short, (np.uint64(1) << (np.minimum(kl, 7) * 8).astype(np.uint64)) - np.uint64(1),
-                             np.uint64(0xFFFFFFFFFFFFFFFF))
-        first &= keep_bits
-    last = np.where(kl > 8, last, np.uint64(0))  # up to 8 bytes, ``first`` holds the whole key
-    with np.errstate(over="ignore"):
-        h = (first * _C1) ^ (last * _C2) ^ kl.astype(np.uint64)
-    codes, _ = pd.factorize(h, sort=False)
-    n = int(codes.max()) + 1
-    rep = np.empty(n, np.int64)
-    rep[codes] = np.arange(len(codes))
-    r = rep[codes]
-    if (kl != kl[r]).any() or (first != first[r]).any() or (last != last[r]).any():
-        return None, []  # a hash collision: rare enough to leave to the plain path
-    keys = []
-    for c in range(n):
-        i = int(rep[c])
-        s, e = int(op[i]) + 1, int(cl[i])
-        keys.append(buf[s:e].tobytes())
-        if e - s > 16:  # bytes 8..len-9 are not in the identity: compare them
-            members = np.flatnonzero(codes == c)
-            win = np.lib.stride_tricks.sliding_window_view(buf, e - s)[op[members] + 1]
-            if (win != buf[s:e]).any():
-                return None, []
-    try:
-        return codes.astype(np.int64), [k.decode("utf-8") for k in keys]
-    except UnicodeDecodeError:
-        return None, []
-
-
-def _values(buf: np.ndarray, at: np.ndarray, upto: np.ndarray, last: np.ndarray,
-            width: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """(float values, numeric mask) of the values at ``at``, each followed by junk up to ``upto``.
-
-    Each window keeps the value and what follows it up to the next key (blanked where it
-    falls inside): the comma, and for the last value of an entry the braces too, which
-    become spaces. The rows laid end to end are then a JSON array of the values.
-    """
-    n = len(at)
-    # The windows are laid out as the text handed to orjson: "       [" + rows + "]"
-    # (the 8-byte lead keeps the rows 8-byte aligned for the word-wise blanking below).
-    text = np.empty(8 + n * width + 1, np.uint8)
-    text[:8] = np.frombuffer(b"       [", np.uint8)
-    text[-1] = ord("]")
-    win = text[8:-1].reshape(n, width)
-    win[...] = np.lib.stride_tricks.sliding_window_view(buf, width)[at]
-    span = upto - at
-    if span.min() < 2:
-        return None  # an empty value
-    words = win.view("<u8")
-    mask = _blank_masks(width)[np.minimum(span, width)]
-    words &= ~mask
-    mask &= np.uint64(0x2020202020202020)
-    words |= mask
-    del mask
-    rows = np.flatnonzero(last)
-    ends = win[rows]
-    ends[(ends == _LBRACE) | (ends == _RBRACE)] = _SPACE
-    win[rows] = ends
-    del ends, rows
-    first = np.where(win[:, 0] == _SPACE, win[:, 1], win[:, 0])
-    if (_JUNK[first] == 1).any():
-        return None  # more than one space after the colon, or no value
-    # literals orjson rejects (NaN, Infinity) or that are not numbers (null, true, false):
-    # parsed as 0 and put right afterwards, by first byte ("-I" for -Infinity)
-    lead = np.where(first == ord("-"), np.where(win[:, 0] == _SPACE, win[:, 2], win[:, 1]), first)
-    special = np.isin(lead, np.frombuffer(b"NItfn", np.uint8))
-    if special.any():
-        srows = np.flatnonzero(special)
-        if not _literals_exact(buf, at[srows], lead[srows], first[srows]):
+        # the next piece starts after the "," between two entries
+        after = _WS.match(pending, cut).end()  # type: ignore[union-attr]  # \s* always matches
+        if after == len(pending):  # blanks up to what was read: read on (a bounded run of them)
+            pending = _fill(src, pending, cut + ENTRY_MAX)
+            after = _WS.match(pending, cut).end()  # type: ignore[union-attr]
+        if pending[after:after + 1] == b"]":  # the cut fell after the last entry
+            rb = after
+            if not _CLOSES.match(pending[max(0, rb - 64):rb + 1]):
+                return None  # the same test on the array's end as above
+            break
+        if pending[after:after + 1] != b",":
             return None
-        for r, s0 in zip(srows.tolist(), at[srows].tolist(), strict=True):
-            e = s0 + (1 if buf[s0] == _SPACE else 0) + len(_LITERALS[int(lead[r])]) + (first[r] == ord("-"))
-            win[r, :e - s0] = _SPACE
-            win[r, e - s0 - 1] = ord("0")
-    try:  # a value cut by the window end merges with the next row or breaks the syntax: caught here
-        parsed = _orjson.loads(text.data)
-        vals = np.fromiter(parsed, np.float64, len(parsed)) if isinstance(parsed, list) else None
-    except (_orjson.JSONDecodeError, OverflowError, TypeError, ValueError):
+        pending = pending[after + 1:]
+        base += after + 1
+    end = base + rb + 1
+    rest = pending[rb + 1:] + src.rest()
+    del pending
+    if src.escaped or src.over:
         return None
-    if vals is None or len(vals) != n:
-        return None
-    numeric = np.ones(n, bool)
-    if special.any():
-        vals[lead == ord("N")] = np.nan
-        inf = lead == ord("I")
-        vals[inf & (first == ord("-"))] = -np.inf
-        vals[inf & (first != ord("-"))] = np.inf
-        numeric[np.isin(lead, np.frombuffer(b"tfn", np.uint8))] = False
-    return vals, numeric
+    columns = HistoryColumns(start=lb, end=end, n_entries=n_entries, tag_codes=_joined(code_parts),
+                             tag_names=np.array(sorted(where, key=where.__getitem__), dtype=object),
+                             steps=_joined(step_parts), values=_joined(value_parts))
+    return columns, prefix + b"[]" + rest
 
 
-_JUNK = np.zeros(256, np.uint8)  # bytes that may follow a value before the next key
-_JUNK[np.frombuffer(b" \t\r\n,{}", np.uint8)] = 1
+def _padded(pending: bytes, cut: int) -> np.ndarray:
+    """``pending[:cut]`` and the room its value windows read after it (blanked there): the
+    bytes that follow, or spaces at the stream's end."""
+    buf = np.frombuffer(pending, np.uint8, count=min(len(pending), cut + _ROOM))
+    if len(buf) < cut + _ROOM:
+        buf = np.concatenate([buf, np.full(cut + _ROOM - len(buf), SPACE, np.uint8)])
+    return buf
 
 
-_MASKS: dict[int, np.ndarray] = {}
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """One column's pieces end to end, the pieces dropped as soon as they are copied: joining
+    the columns one at a time peaks at the columns plus one column, not twice the columns."""
+    out = np.concatenate(parts) if len(parts) > 1 else parts[0]
+    parts.clear()
+    return out
 
 
-def _blank_masks(width: int) -> np.ndarray:
-    """Row e: the bytes of a ``width``-byte window from column e on, as 64-bit words."""
-    if width not in _MASKS:
-        m = np.zeros((width + 1, width), np.uint8)
-        for e in range(width + 1):
-            m[e, e:] = 0xFF
-        _MASKS[width] = m.view("<u8")
-    return _MASKS[width]
-_LITERALS = {ord("N"): b"NaN", ord("I"): b"Infinity", ord("t"): b"true", ord("f"): b"false", ord("n"): b"null"}
+def _fill(src: _Source, pending: bytes, need: int) -> bytes:
+    """``pending`` with blocks read after it until it holds ``need`` bytes or the stream ends."""
+    if len(pending) >= need or not src.more():
+        return pending
+    blocks, have = [pending], len(pending)
+    while have < need and src.more():
+        block = src.take()
+        blocks.append(block)
+        have += len(block)
+    return b"".join(blocks)
 
 
-def _literals_exact(buf: np.ndarray, at: np.ndarray, lead: np.ndarray, first: np.ndarray) -> bool:
-    """The special values are exactly their literal (few of them: checked one by one)."""
-    for s0, ld, fs in zip(at.tolist(), lead.tolist(), first.tolist(), strict=True):
-        s = s0 + (1 if buf[s0] == _SPACE else 0)
-        word = _LITERALS[ld]
-        if fs == ord("-"):
-            if word != b"Infinity":
-                return False
-            word = b"-" + word
-        e = s + len(word)
-        if buf[s:e].tobytes() != word or buf[e] not in (_COMMA, _RBRACE, 10, 13, _SPACE, 9):
-            return False
-    return True
+class _Source:
+    """The stream read in blocks, each checked for a backslash as it comes (the scan's
+    precondition: with no escapes, quotes delimit strings); more than ``limit`` bytes is ``over``."""
 
+    def __init__(self, fh: BinaryIO, limit: int) -> None:
+        self.fh, self.limit, self.read = fh, limit, 0
+        self.escaped = self.over = self.ended = False
 
-def _unaligned(buf: np.ndarray, dtype: str) -> np.ndarray:
-    """``buf`` read as little-endian words starting at every byte: element i is bytes i..i+width-1."""
-    width = np.dtype(dtype).itemsize
-    return np.ndarray((len(buf) - width + 1,), dtype, buffer=buf, offset=0, strides=(1,))
+    def more(self) -> bool:
+        return not (self.ended or self.escaped or self.over)
+
+    def take(self) -> bytes:
+        return self._seen(self.fh.read(max(PIECE_BYTES, 64 << 10)))
+
+    def rest(self) -> bytes:
+        """What is left of the stream: the fields after the history (small). ``read()`` with no
+        size sizes its buffer from fstat; a size argument would allocate it whole first."""
+        return self._seen(self.fh.read()) if self.more() else b""
+
+    def _seen(self, block: bytes) -> bytes:
+        if not block:
+            self.ended = True
+        self.read += len(block)
+        self.over = self.over or self.read > self.limit
+        self.escaped = self.escaped or b"\\" in block
+        return block

@@ -71,26 +71,29 @@ def metric_series(scalars: pd.DataFrame | None) -> list[dict[str, Any]]:
     """Downsampled series of the display metrics, in the charts' order."""
     if scalars is None or scalars.empty:
         return []
-    df = scalars[scalars["metric"].isin(DISPLAY_METRICS) & scalars["step"].notna()]
+    # Rows are selected by position and only the group keys are copied, never the frame: on a
+    # big trainer_state (1.2M rows) a filtered copy of the frame was the analysis' memory peak.
+    shown = scalars["metric"].isin(DISPLAY_METRICS).to_numpy(dtype=bool) & scalars["step"].notna().to_numpy(dtype=bool)
+    keys = scalars[["source", "path", "tag", "rank"]]
     out: list[dict[str, Any]] = []
     for metric in DISPLAY_METRICS:
-        sel = df[df["metric"] == metric]
-        if sel.empty:
+        rows = np.flatnonzero(shown & (scalars["metric"] == metric).to_numpy(dtype=bool))
+        if not rows.size:
             continue
         groups = []
-        for (source, path, tag, rank), frame in sel.groupby(["source", "path", "tag", "rank"], observed=True,
-                                                            dropna=False, sort=False):
+        for (source, path, tag, rank), at in keys.iloc[rows].groupby(["source", "path", "tag", "rank"], observed=True,
+                                                                     dropna=False, sort=False).indices.items():
             r = _rank(rank)
             # the charts' line order: whole-run lines first, then ranks, densest first, then by source
-            key = (0 if r is None else 1, -1 if r is None else r, -len(frame), SOURCE_ORDER.get(str(source), 9),
+            key = (0 if r is None else 1, -1 if r is None else r, -len(at), SOURCE_ORDER.get(str(source), 9),
                    str(path), str(tag))
-            groups.append((key, str(source), str(path), str(tag), r, frame))
+            groups.append((key, str(source), str(path), str(tag), r, rows[at]))
         groups.sort(key=lambda g: g[0])
-        for _key, source, path, tag, r, frame in groups[:MAX_SERIES_PER_METRIC]:
-            s, v = downsample(frame["step"].to_numpy(dtype="float64", na_value=np.nan),
-                              frame["value"].to_numpy(dtype="float64", na_value=np.nan))
+        for _key, source, path, tag, r, at in groups[:MAX_SERIES_PER_METRIC]:
+            s, v = downsample(scalars["step"].iloc[at].to_numpy(dtype="float64", na_value=np.nan),
+                              scalars["value"].iloc[at].to_numpy(dtype="float64", na_value=np.nan))
             out.append({"metric": metric, "source": source, "path": path, "tag": tag, "rank": r,
-                        "n_points": len(frame), "steps": [int(x) for x in s], "values": [_round(x) for x in v]})
+                        "n_points": len(at), "steps": [int(x) for x in s], "values": [_round(x) for x in v]})
     return out
 
 
