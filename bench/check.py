@@ -1,29 +1,28 @@
 """Regression guard: the end-to-end cases, scaled down, timed beside the baseline's commit.
 
-    PYTHONPATH=. python bench/check.py                 # ~1 min on this 2-core VM when it is quiet; no network
+    PYTHONPATH=. python bench/check.py                 # ~1 min of CPU (see bench/README.md); no network
     PYTHONPATH=. python bench/check.py --against REV   # beside another commit than the baseline's
     PYTHONPATH=. python bench/check.py --code DIR      # time the autopsy tree in DIR (another checkout)
     PYTHONPATH=. python bench/check.py --update --code DIR  # new bench/baseline.json (say why in the commit)
 
-What it runs: ``autopsy analyze CASE --format json`` (``python -m autopsy`` with the tree under
-test first on ``PYTHONPATH``, bytecode caching on as in an installed package) on the smallest
-real run (``fixtures/runs/disk_full``) in a fresh process: the fixed cost every analysis pays
-(interpreter, imports, catalog, first calls); and on cases generated on the fly into a
-temporary directory, HF Trainer stdout beside interleaved torchrun ranks, Lightning bars beside
-Keras progress and open-world metric lines (shapes grouped in one run directory: see
-LOG_CASES), a log with few candidate lines, a run directory of 300 small files, and a
+What it runs: ``autopsy analyze CASE --format json`` (``python -m autopsy`` with the tree under test
+first on ``PYTHONPATH``, bytecode caching on as in an installed package) on the smallest real run
+(``fixtures/runs/disk_full``) as the first analysis of a fresh process, timed from the process's
+start: the fixed cost every analysis pays (interpreter, imports, catalog, first calls); and on cases
+generated on the fly into a temporary directory, HF Trainer stdout beside interleaved torchrun
+ranks, Lightning bars beside Keras progress and open-world metric lines (shapes grouped in one run
+directory: see LOG_CASES), a log with few candidate lines, a run directory of 300 small files, and a
 trainer_state.json beside a TensorBoard event file, each analysed through the same entry point
 (``autopsy.__main__.main``, ``-o FILE``) one after another in one process per tree, after an
-unmeasured analysis of disk_full (WARM_RUNNER): their figure is the CPU the case adds, so a
-2x slowdown of a case's own work reads as 2x instead of being diluted by the fixed cost (a
-quiet log's scan was ~0.5 s of a 6 s fresh process: a doubling read 1.08x, below any
-tolerance), and the fixed cost is paid twice per tree instead of seven times. Plus
-``autopsy --help`` and ``autopsy rules list`` with and without their cache, fresh processes.
-For each case it prints autopsy's wall time over its in-run yardstick (``grep -E``
-with the same failure patterns for logs; ``python -c pass`` for start-up), its CPU seconds
-(user + system, children included), the same case's CPU seconds in the baseline's commit run
-interleaved with it (extracted from this repository with ``git archive``), their ratio, and
-the ratio to the figures stored in ``bench/baseline.json``.
+analysis of disk_full (WARM_RUNNER, the same process): their figure is the CPU the case adds, so a
+2x slowdown of a case's own work reads as 2x instead of being diluted by the fixed cost (a quiet
+log's scan was ~0.5 s of a 6 s fresh process: a doubling read 1.08x, below any tolerance), and the
+fixed cost is paid once per tree instead of seven times. Plus ``autopsy --help`` and ``autopsy rules
+list`` with and without their cache, fresh processes. For each case it prints autopsy's wall time
+over its in-run yardstick (``grep -E`` with the same failure patterns for logs; ``python -c pass``
+for start-up), its CPU seconds (user + system, children included), the same case's CPU seconds in
+the baseline's commit run interleaved with it (extracted from this repository with ``git archive``),
+their ratio, and the ratio to the figures stored in ``bench/baseline.json``.
 
 Why the baseline's code is re-run beside the tree, and not only its stored figures: on the
 shared 2-core VM this was built on, the machine's speed drifts by up to 2x within minutes
@@ -32,15 +31,15 @@ shared 2-core VM this was built on, the machine's speed drifts by up to 2x withi
 fixed pandas-import-and-regex workload stayed within 10%). Runs of the two trees taken one right
 after the other see the same machine. The stored figures are printed for reference.
 
-Decision: one run per tree per case (two for start-up; one warm batch per tree for the data
-cases); a case more than 15% (and 20 ms) over the reference is measured twice more in both trees
-(the suspect data cases twice more in one more warm process per tree); each tree's figure is the least CPU of its runs
-(what other processes add to a run is never negative: the minimum is the figure they move least;
-medians let one disturbed run of three decide); exit status 1 when a case's figure is more than
-25% over the reference's and more than 20 ms of CPU over it
-(a start-up case's whole cost is 10-20 ms, below the resolution of this VM's CPU accounting),
-0 otherwise. When the baseline's commit is not in the repository (a shallow clone) the stored
-figures are the reference, and the check says so. Not part of the test suite (no timed tests).
+Decision: one run per tree per case (two for start-up; one warm process per tree for the fixed cost
+and the data cases); a case more than 15% (and 20 ms) over the reference is measured twice more in
+both trees (two more warm processes per tree for a suspect fixed cost or data case); each tree's
+figure is the least CPU of its runs (what other processes add to a run is never negative: the
+minimum is the figure they move least; medians let one disturbed run of three decide); exit status 1
+when a case's figure is more than 25% over the reference's and more than 20 ms of CPU over it (a
+start-up case's whole cost is 10-20 ms, below the resolution of this VM's CPU accounting), 0
+otherwise. When the baseline's commit is not in the repository (a shallow clone) the stored figures
+are the reference, and the check says so. Not part of the test suite (no timed tests).
 """
 
 from __future__ import annotations
@@ -70,6 +69,7 @@ SUSPECT = 1.15  # above this after one run, a case is measured twice more
 # is below what can be measured.
 MIN_DELTA_S = 0.02
 FIXTURE = ROOT / "fixtures" / "runs" / "disk_full"
+FIXED = "fixed cost (fixtures/runs/disk_full)"
 
 
 # name -> [(shape, MB), ...]: shapes written side by side into one run directory (a run-level pass,
@@ -82,9 +82,11 @@ LOG_CASES: dict[str, list[tuple[str, float]]] = {
 }
 
 
-# The data cases are analysed one after another in one process per tree, after an unmeasured
-# analysis of FIXTURE: each figure is the CPU that case adds (resource.getrusage of the process and
-# of its waited-for children, i.e. a forked half of a parallel scan), not the fixed cost again.
+# One fresh process per tree analyses FIXTURE first, then the data cases one after another. The
+# first analysis is the fixed-cost figure: the process's CPU from its start to the end of that
+# analysis (what ``python -m autopsy analyze FIXTURE`` costs, the report written with -o, minus the
+# interpreter's exit). Each data case's figure is the CPU it adds (resource.getrusage of the process
+# and of its waited-for children, i.e. a forked half of a parallel scan), not the fixed cost again.
 WARM_RUNNER = r"""
 import json, resource, sys, time
 from autopsy.__main__ import main
@@ -101,8 +103,9 @@ def analyze(run_dir, out):
         if exc.code not in (0, 1, None):
             raise
 
-warm, out, dirs = sys.argv[1], sys.argv[2], sys.argv[3:]
-analyze(warm, out)  # not measured: imports, the catalog, pandas' first calls
+launched, warm, out, dirs = float(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
+analyze(warm, out)  # the fixed cost: imports, the catalog, pandas' first calls
+print("@@FIRST@@" + json.dumps({"cpu": cpu(), "wall": time.time() - launched}), flush=True)
 for d in dirs:
     c, w = cpu(), time.perf_counter()
     analyze(d, out)
@@ -117,7 +120,7 @@ def build_cases(tmp: Path) -> dict[str, dict[str, Any]]:
 
     cases: dict[str, dict[str, Any]] = {}
     if FIXTURE.is_dir():
-        cases["fixed cost (fixtures/runs/disk_full)"] = {"dir": FIXTURE, "desc": "the smallest real run"}
+        cases[FIXED] = {"dir": FIXTURE, "desc": "the smallest real run", "first": True}
     for i, (name, shapes) in enumerate(LOG_CASES.items()):
         d = tmp / f"logs{i}"
         descs = [SHAPES[shape](d / shape, mb) for shape, mb in shapes]
@@ -174,18 +177,21 @@ def export_tree(rev: str, dest: Path) -> Path | None:
 
 
 def warm_batch(dirs: list[Path], code: Path, out: Path) -> dict[str, list[dict[str, float]]]:
-    """The data cases ``dirs`` in turn in one process of the tree ``code``: dir -> its runs' added cpu and wall."""
+    """FIXTURE, then the data cases ``dirs`` in turn, in one fresh process of the tree ``code``:
+    dir -> its runs' cpu and wall (FIXTURE's from the process start, the others' added)."""
     import subprocess
 
     os.chdir(code)  # ``python -c`` puts the working directory first on sys.path, as ``-m`` does
     e2e.ROOT = code
     warm = FIXTURE if FIXTURE.is_dir() else dirs[0]
-    proc = subprocess.run([sys.executable, "-c", WARM_RUNNER, str(warm), str(out), *map(str, dirs)],
-                          capture_output=True, text=True, env=e2e.env())
+    proc = subprocess.run([sys.executable, "-c", WARM_RUNNER, repr(time.time()), str(warm), str(out),
+                           *map(str, dirs)], capture_output=True, text=True, env=e2e.env())
     if proc.returncode != 0:
         raise RuntimeError(f"warm batch in {code} exited {proc.returncode}: {proc.stderr.strip()[-600:]}")
     got: dict[str, list[dict[str, float]]] = {}
     for line in proc.stdout.splitlines():
+        if line.startswith("@@FIRST@@") and FIXTURE.is_dir():
+            got.setdefault(str(FIXTURE), []).append(json.loads(line[len("@@FIRST@@"):]))
         if line.startswith("@@CASE@@"):
             r = json.loads(line[len("@@CASE@@"):])
             got.setdefault(r["dir"], []).append({"cpu": r["cpu"], "wall": r["wall"]})
@@ -194,14 +200,16 @@ def warm_batch(dirs: list[Path], code: Path, out: Path) -> dict[str, list[dict[s
 
 def measure_warm(cases: dict[str, dict[str, Any]], names: list[str], n: int, code: Path, against: Path | None,
                  out: Path) -> None:
-    """The cases ``names`` ``n`` times over in one warm process per tree, the reference's first."""
+    """``n`` batches per tree of the data cases ``names`` (the fixed cost comes with each), the reference's first."""
     dirs = [cases[name]["dir"] for name in names]
-    for tree, key in ((against, "ref_runs"), (code, "runs")):
-        if tree is None:
-            continue
-        got = warm_batch(dirs * n, tree, out)
-        for name in names:
-            cases[name].setdefault(key, []).extend(got[str(cases[name]["dir"])])
+    first = [name for name, case in cases.items() if case.get("first")]
+    for _ in range(n):
+        for tree, key in ((against, "ref_runs"), (code, "runs")):
+            if tree is None:
+                continue
+            got = warm_batch(dirs, tree, out)
+            for name in [*first, *names]:
+                cases[name].setdefault(key, []).extend(got[str(cases[name]["dir"])])
 
 
 def measure_case(case: dict[str, Any], n: int, code: Path, against: Path | None) -> None:
@@ -256,7 +264,7 @@ def main() -> int:
         out = Path(t) / "report.json"
         for name in names:
             case = cases[name]
-            if not case.get("warm"):
+            if not case.get("warm") and not case.get("first"):
                 n = runs_each * (2 if name.startswith("startup") else 1)  # start-up is cheap and twitchy
                 measure_case(case, n, code, against)
             case["ref"] = run(case["ref_cmd"], None, code)
@@ -270,9 +278,9 @@ def main() -> int:
             if before and now > max(SUSPECT * before, before + MIN_DELTA_S) and not a.update:
                 suspects.append(name)
         for name in suspects:
-            if not cases[name].get("warm"):
+            if not cases[name].get("warm") and not cases[name].get("first"):
                 measure_case(cases[name], 2, code, against)
-        if any(cases[name].get("warm") for name in suspects):
+        if any(cases[name].get("warm") or cases[name].get("first") for name in suspects):
             measure_warm(cases, [name for name in suspects if cases[name].get("warm")], 2, code, against, out)
     elapsed = time.perf_counter() - t0
     what = f"commit {rev[:12]}" if against is not None and rev else "baseline"
