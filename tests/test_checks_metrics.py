@@ -129,6 +129,30 @@ def test_plateau_too_short_not_evaluated(tmp_path: Path) -> None:
         check("loss.plateau", _plateau_run(tmp_path, [3.0] * 5))
 
 
+# fastText#604: the JSON progress lines' loss (each value printed twice) late in training, at 93.4-95.2%.
+_FASTTEXT_LOSS = [0.553745, 0.552313, 0.552313, 0.550984, 0.550984, 0.549661, 0.549661, 0.548467, 0.548467,
+                  0.547216, 0.547216, 0.545741, 0.545741, 0.544671, 0.544671]
+
+
+def _plateau_findings(run: Run) -> list[Any]:
+    try:
+        return check("loss.plateau", run)
+    except NotEvaluated:
+        return []
+
+
+@pytest.mark.parametrize(("progress", "judged"), [
+    ([93.4, 93.4, 93.4, 93.4, 94.1, 94.1, 94.3, 94.3, 94.6, 94.6, 94.6, 94.6, 95.2, 95.2, 95.2], False),
+    ([1.2 + 0.1 * i for i in range(15)], True),  # the same loss from a run's first percent is judged
+])
+def test_never_improved_not_judged_past_a_logged_progress_of_10_percent(
+        tmp_path: Path, progress: list[float], judged: bool) -> None:
+    steps = list(range(len(_FASTTEXT_LOSS)))
+    run = fake_run(tmp_path, tb={"loss": rows(steps, _FASTTEXT_LOSS), "progress": rows(steps, progress)})
+    got = _plateau_findings(run)
+    assert [f.facts["mode"] for f in got] == (["never_improved"] if judged else [])
+
+
 # ----------------------------------------------------------------------------- lr.floor
 
 

@@ -54,6 +54,14 @@ def test_a_style_whose_sample_fails_is_refused() -> None:
     ("train loss=2.09418. test loss=2.06644, acc=5401/10000", {"train loss": 2.09418, "test loss": 2.06644}),
     ("Training batch 64 ends with loss NaN.", {"Training batch": 64.0, "ends with loss": math.nan}),
     ("torch 2.1.0. loss 0.5... acc=0.9.1", {}),
+    # Paddle's stats logger writes '{:x<6f}': "nan" padded with its fill to "nanxxx" (PaddleOCR#7057); a finite
+    # value is wider than the field and gets no fill (PaddleOCR#10042)
+    ("acc: 0.000000, norm_edit_dis: 0.000000, CTCLoss: nanxxx, SARLoss: nanxxx, loss: nanxxx, "
+     "avg_reader_cost: 0.47801 s",
+     {"acc": 0.0, "norm_edit_dis": 0.0, "CTCLoss": math.nan, "SARLoss": math.nan, "loss": math.nan,
+      "avg_reader_cost": 0.47801}),
+    ("lr: 0.000007, acc: 0.913462, norm_edit_dis: 0.980197, loss: 0.485809, avg_samples: 1560.0",
+     {"lr": 7e-06, "acc": 0.913462, "norm_edit_dis": 0.980197, "loss": 0.485809, "avg_samples": 1560.0}),
 ])
 def test_pairs_every_spelling(text: str, want: dict[str, float]) -> None:
     got = dict(pairs(text))
@@ -81,6 +89,26 @@ def _series(text: str) -> dict[str, list[tuple[int | None, float]]]:
     for p in scan.series:
         out.setdefault(p.tag, []).append((p.step, p.value))
     return out
+
+
+def test_paddle_fill_padded_nan_on_step_lines() -> None:
+    """PaddleOCR 2.x step lines (PaddleOCR#7057, #10042): the NaN losses printed as "nanxxx" are NaN points of
+    their series; finite values printed with six decimals are read as they are."""
+    nan_lines = (
+        "[2023/10/06 13:24:25] ppocr INFO: epoch: [1/500], global_step: 160, lr: 0.000040, acc: 0.000000, "
+        "norm_edit_dis: 0.000000, CTCLoss: nanxxx, SARLoss: nanxxx, loss: nanxxx, avg_reader_cost: 0.47801 s, "
+        "avg_batch_cost: 1.01583 s, avg_samples: 128.0, ips: 126.00486 samples/s, eta: 5 days, 2:57:03\n"
+        "[2023/10/06 13:24:33] ppocr INFO: epoch: [1/500], global_step: 170, lr: 0.000043, acc: 0.000000, "
+        "norm_edit_dis: 0.000000, CTCLoss: nanxxx, SARLoss: nanxxx, loss: nanxxx, avg_reader_cost: 0.25367 s, "
+        "avg_batch_cost: 0.80017 s, avg_samples: 128.0, ips: 159.96559 samples/s, eta: 5 days, 0:36:35\n")
+    series = _series(nan_lines)
+    assert [s for s, _ in series["loss"]] == [160, 170] and all(math.isnan(v) for _, v in series["loss"])
+    assert all(math.isnan(v) for _, v in series["CTCLoss"])
+    ok_line = ("[2023/05/26 21:45:40] ppocr INFO: epoch: [1/2000], global_step: 108, lr: 0.000007, acc: 0.913462, "
+               "norm_edit_dis: 0.980197, loss: 0.485809, avg_reader_cost: 0.00867 s, avg_batch_cost: 0.89077 s, "
+               "avg_samples: 1560.0, ips: 1751.29344 samples/s, eta: 23 days, 10:11:45")
+    series = _series(ok_line + "\n")
+    assert series["loss"] == [(108, 0.485809)] and series["lr"] == [(108, 7e-06)]
 
 
 def test_keras_log_read_per_epoch_with_planned_epochs() -> None:

@@ -278,17 +278,47 @@ _EPOCH_OF = regex.compile(r"(?i)\bepoch\b\W{0,4}(\d+)\s*/\s*(\d+)")
 _EPOCH_BARE = regex.compile(r"(?i)\bepoch\b\W{0,4}(\d+)(?![\d.]*\s*/)|\b(\d+)\s*epoch\b")
 
 
+# A run's own progress in percent, logged beside its metrics (fastText's JSON lines "progress":93.4).
+_PROGRESS_TAG = regex.compile(r"(?i)^(?:train[/_.])?(?:progress|percent(?:age)?|pct)$")
+
+
+def _progress_at_start(run: Run, s: Series) -> float | None:
+    """The progress percentage its file logs at ``s``'s first point, when it reads as a percentage (some value
+    above 1: a series never above 1 is a fraction or the first percent, no evidence either way); else None."""
+    df = run.scalars
+    if df.empty:
+        return None
+    tags = [t for t in df["tag"].unique() if _PROGRESS_TAG.match(str(t))]
+    if not tags:
+        return None
+    rows = df[df["tag"].isin(tags) & (df["path"] == s.path)]
+    if rows.empty:
+        return None
+    steps = rows["step"].to_numpy(dtype="float64")
+    vals = rows["value"].to_numpy(dtype="float64")
+    ok = np.isfinite(steps) & np.isfinite(vals)
+    steps, vals = steps[ok], vals[ok]
+    if not vals.size or float(vals.max()) <= 1.0 or float(vals.max()) > 100.0:
+        return None
+    at = vals[steps == float(s.steps[0])]
+    return float(at[0]) if at.size else None
+
+
 def mid_run_start(run: Run, s: Series) -> str | None:
     """Why ``s`` begins late in its run (the quote or file starts mid-training), or None.
 
     Told by the series' own steps (its first logged step is past a tenth of its last), by an
-    ``epoch`` series that starts past epoch 1, or by the first lines of the series' log naming
+    ``epoch`` series that starts past epoch 1, by a progress percentage logged with it that is past
+    10% at its first point (fastText's ``"progress":93.4``), or by the first lines of the series' log naming
     an epoch past the second of several ("Epoch: [198/200]"), or by the first line that logs the
     series naming epoch 2 or later with no total (ESPnet's "5epoch:train:3376-3750batch").
     """
     first, last = int(s.steps[0]), int(s.steps[-1])
     if not s.synthetic_steps and first > 10 and first > 0.1 * last:
         return f"its first logged step is {first} of {last}"
+    pct = _progress_at_start(run, s)
+    if pct is not None and pct > 10.0:
+        return f"its log's progress is {pct:g}% at its first point"
     ep = load_series(run, "epoch")
     if ep is not None and ep.path == s.path and len(ep):
         # The epoch when the series begins: an evaluation loss is first computed at the end of epoch 1,

@@ -15,7 +15,8 @@ things, and each has a test whose evidence does not depend on the series being l
   parameters, an optimizer that does not step, a loss computed on nothing). Not counted: a value
   repeated in a progress bar's frames (tqdm's ``it/s`` read at the same steps: the bar re-displays
   the last logged value), and a 0 reached after a descent (a converged loss rounded by the
-  printing); a loss that is 0 from its first point computes nothing and is counted. A running
+  printing); a loss that is 0 from its first point computes nothing and is counted, unless it is the training
+  loss logged beside a non-zero, changing gradient norm (then it is below the printing's resolution). A running
   best/minimum, a distillation teacher's or reference model's loss (frozen by design) and a
   reinforcement-learning objective (a GRPO policy loss is 0 by construction) are not judged frozen.
 * **saturated**: the last point of a loss-like series is ``-ln(FLT_MIN)`` = 87.3365 (or
@@ -42,7 +43,7 @@ import numpy as np
 
 from autopsy.checks.series import Series, as_bool, config_entry, load_series, rounded
 from autopsy.engine.types import CheckContext
-from autopsy.metrics import EVAL_LOSS, LOSS
+from autopsy.metrics import EVAL_LOSS, GRAD_NORM, LOSS, LR
 from autopsy.model import Confidence, Finding
 
 # A running best/minimum repeats while nothing improves: not a measurement of this step. A distillation
@@ -143,7 +144,7 @@ def _frozen_run(ctx: CheckContext, s: Series, places: int | None = None) -> int 
     if last == 0.0:
         # A loss printed as 0 after falling to it is a converged loss rounded by the printing (HF rounds to
         # 4 decimals); only a loss that is 0 from its first logged point computes nothing.
-        return i if i == 0 and not _yolox_l1(ctx, s) else None
+        return i if i == 0 and not _term_of_moving_total(ctx, s) and not _gradients_flow(ctx, s) else None
     digits = significant_digits(last)
     if places is not None and abs(last) > 0:
         digits = max(digits, places + math.floor(math.log10(abs(last))) + 1)
@@ -154,17 +155,44 @@ def _frozen_run(ctx: CheckContext, s: Series, places: int | None = None) -> int 
     return i
 
 
-_YOLOX_LOSSES = frozenset({"iou_loss", "conf_loss", "cls_loss"})
-
-
-def _yolox_l1(ctx: CheckContext, s: Series) -> bool:
-    """YOLOX's ``l1_loss``, printed beside its ``iou_loss``, ``conf_loss`` and ``cls_loss``: 0.0 by design until
-    the last no-augmentation epochs switch the L1 term on (``use_l1``), not a loss that computes nothing."""
-    if s.tag.lower() != "l1_loss":
+def _term_of_moving_total(ctx: CheckContext, s: Series) -> bool:
+    """Is ``s`` a component printed as 0 from its first point beside the file's total loss, which moves at those
+    steps? Then the model trains on the other terms and this one contributes nothing there: switched off by the
+    configuration (PaddleOCR DB's ``loss_cbn: 0.000000`` beside ``loss: 1.25 -> 1.15``, PaddleOCR#13937; YOLOX's
+    ``l1_loss: 0.0`` until its last no-augmentation epochs beside ``total_loss``, YOLOX#308) or without a positive
+    sample yet. The total is what is judged. A zero component with no total printed beside it (ultralytics'
+    ``box_loss`` with no box target matched) is still reported."""
+    if s.metric == LOSS:
         return False
-    df = ctx.run.scalars
-    tags = {str(t).lower() for t in df.loc[df["path"] == s.path, "tag"].unique()}
-    return _YOLOX_LOSSES <= tags
+    total = load_series(ctx.run, LOSS)
+    if total is None or total.path != s.path or total.tag == s.tag:
+        return False
+    t = total.values[np.isin(total.steps, s.steps)]
+    t = t[np.isfinite(t)]
+    return t.size >= min(len(s), int(ctx.param("frozen_min_points"))) and np.unique(t).size >= 2
+
+
+def _gradients_flow(ctx: CheckContext, s: Series) -> bool:
+    """Is the training loss printed as 0 from its first point logged beside a gradient norm that is non-zero and
+    changes at those steps (and no logged LR of 0)? Then the optimizer receives gradients of that loss: it is not a
+    loss computed on nothing but one below the printing's resolution (TRL's GRPO loss, beta x KL ~ 2e-5 with
+    zero-mean advantages, rounded to 0.0 by HF's 4 decimals beside grad_norm 0.087-0.106; trl#3452). A component
+    loss is not excused so: the gradient norm is that of the total. A loss and a grad norm both 0 stay frozen."""
+    if s.metric != LOSS:
+        return False
+    gn = load_series(ctx.run, GRAD_NORM)
+    if gn is None or gn.path != s.path:
+        return False
+    g = gn.values[np.isin(gn.steps, s.steps)]
+    g = g[np.isfinite(g)]
+    if g.size < min(len(s), int(ctx.param("frozen_min_points"))) or not bool(np.all(g > 0)) or np.unique(g).size < 2:
+        return False
+    lr = load_series(ctx.run, LR)
+    if lr is not None and lr.path == s.path:
+        at = lr.values[np.isin(lr.steps, s.steps)]
+        if at.size and not bool(np.any(at > 0)):
+            return False  # an LR of 0: nothing moves whatever the gradients
+    return True
 
 
 _BAR_RATES = frozenset({"it/s", "s/it"})

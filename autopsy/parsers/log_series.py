@@ -136,9 +136,11 @@ _STEP_HEAD = re.compile(
 )
 # A key and its value may each be quoted, as a dict's repr prints them on PaddleDetection 1.x step lines
 # ("iter: 20, lr: 0.000085, 'loss': 'nan', eta: ..."; PaddleDetection#5337, #1946).
+# Paddle's stats logger pads every value with '{:x<6f}': a non-finite one prints as "nanxxx" / "-infxx"
+# (PaddleOCR "CTCLoss: nanxxx, loss: nanxxx"; PaddleOCR#7057); the fill is no part of the number.
 _STEP_KV = re.compile(
     r"([A-Za-z][\w/.\-]*(?: [A-Za-z][\w/\-]*)?)['\"]?(?:\s*[:=]\s*|\s+)['\"]?"
-    r"([-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+|nan|NaN|inf|Inf))"
+    r"([-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+|(?:nan|NaN|inf|Inf)(?:x{1,3})?))"
     r"(ms|us|µs|min|s|m|h|%)?(?![\w.])"
 )
 _LETTER = re.compile(r"[A-Za-z]")
@@ -193,7 +195,7 @@ def _values(text: str, start: int) -> list[tuple[str, float]]:
         key = km.group(1).strip()
         if key.lower() in _NOT_TAGS or SOURCE_FILE.search(key):
             continue
-        raw = km.group(2).replace(",", "")
+        raw = km.group(2).replace(",", "").rstrip("x")
         try:
             v = float(raw)
         except ValueError:

@@ -24,8 +24,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 # Value spellings. The tensor/np wrappers keep their number as group "v".
+# A non-finite word may carry a format's fill: Paddle's stats logger (PaddleOCR, PaddleDetection)
+# writes every value with '{:x<6f}', which pads "nan" to "nanxxx" and "-inf" to "-infxx" (a finite
+# value is wider than 6 and gets no fill).
+_PAD = r"(?:x{1,3})?"
 _BARE = (r"[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?"
-         r"|[Nn]a[Nn]|NAN|[Ii]nf(?:inity)?|INF)")
+         r"|(?:[Nn]a[Nn]|NAN|[Ii]nf(?:inity)?|INF)" + _PAD + ")")
 NUM = (r"(?:tensor\(\s*|np\.float\d*\(\s*|array\(\s*)?['\"]?(?P<v>" + _BARE + r")['\"]?"
        r"(?:\s*,\s*(?:device|dtype|grad_fn|requires_grad)=[^)]*)?\)?")
 # A value ends the token: "2.1.0", "12:30", "3/10" and "1e-4x" are not values; a full stop ending a sentence is no
@@ -55,8 +59,8 @@ _MASKS = re.compile(
 # A key word may be possessive (LightGBM "valid_0's binary_logloss", "training's auc"); no key word is a
 # non-finite value (xgb.cv "logloss:nan+nan cv-train-logloss:nan" is two pairs, not a key "nan cv-...").
 _PAIR = re.compile(
-    r"(?<![\w.])(?!(?:nan|NaN|NAN|inf|Inf|INF)\b)(?P<k>[A-Za-z_][\w./\-]*(?:'s)?(?:\[[\w/]+\])?"
-    r"(?:[ ](?!(?:nan|NaN|NAN|inf|Inf|INF)\b)[A-Za-z_][\w./\-]*(?:'s)?){0,3})['\"]?"
+    r"(?<![\w.])(?!(?:nan|NaN|NAN|inf|Inf|INF)" + _PAD + r"\b)(?P<k>[A-Za-z_][\w./\-]*(?:'s)?(?:\[[\w/]+\])?"
+    r"(?:[ ](?!(?:nan|NaN|NAN|inf|Inf|INF)" + _PAD + r"\b)[A-Za-z_][\w./\-]*(?:'s)?){0,3})['\"]?"
     r"(?:\s*\((?P<kunit>ms|s|sec|%)\))?(?:\s*[:=]\s*|\s+)"  # not \s*(?:[:=]|\s)\s*: quadratic on long blanks
     + NUM + r"(?P<unit>ms|us|µs|min|s|%)?" + _END
 )
@@ -92,8 +96,10 @@ class Position:
 
 
 def to_float(raw: str) -> float | None:
-    """The value of a matched number; ``-nan`` is nan, ``4,361`` is 4361."""
+    """The value of a matched number; ``-nan`` is nan, ``nanxxx`` (a format's fill) is nan, ``4,361`` is 4361."""
     s = raw.replace(",", "")
+    if s[-1:] == "x":  # a fill after a non-finite word ("nanxxx"); a finite number never matches with one
+        s = s.rstrip("x")
     low = s.lower().lstrip("+-")
     if low == "nan":
         return math.nan
@@ -149,7 +155,7 @@ def pairs(text: str, start: int = 0, *, masked: bool = False) -> list[tuple[str,
 
 
 _PAIR_START = re.compile(r"(?<![\w.])[A-Za-z_]")
-_NONFINITE_WORD = re.compile(r"(?:nan|NaN|NAN|inf|Inf|INF)\b")
+_NONFINITE_WORD = re.compile(r"(?:nan|NaN|NAN|inf|Inf|INF)" + _PAD + r"\b")
 _KEY_RUN = re.compile(r"[\w./\-]*")
 
 
