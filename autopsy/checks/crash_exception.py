@@ -7,7 +7,9 @@ left to that card - for a ``frames_`` pattern only when its frames show that car
 saying they are only logged (dynamo's "WON'T CONVERT", "Exception ignored in"), a launcher's
 report of a child's death, stops (KeyboardInterrupt, SystemExit) and exceptions followed by more
 training steps are not crashes. Without any traceback, the last line of an uncaught exception
-kept alone (a paste, ``tail``) still is one.
+kept alone (a paste, ``tail``) still is one, and so is an exception line whose message goes on
+below it to the log's end (torch's "Error(s) in loading state_dict for X:" and its indented,
+terminal-wrapped "Missing key(s)" lines).
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ _BUILTIN_EXC = frozenset({"AssertionError", "StopIteration", "KeyboardInterrupt"
 
 
 _EXC_MODULES = frozenset({"exc", "exceptions", "errors", "error"})
+_MESSAGE_LINES = 40  # lines a multi-line exception message may take below its exception line
+_WRAP_WIDTH = 80  # a line at least this long may have been wrapped by the terminal onto the next one
+_BODY_CHARS = 4000  # of such a message's lines, read by the cards that may explain it
 
 
 def _looks_like_exception(name: str) -> bool:
@@ -253,7 +258,7 @@ def _headless(ctx: CheckContext, ignore: set[str], min_after: int,
               explainers: Sequence[_Explainer]) -> list[Finding]:
     """The last line of an uncaught exception kept without its traceback (pastes, tail -n)."""
     def explained(h: Hit) -> bool:
-        texts = [h.text, group(h, "message") or ""]
+        texts = [h.text, group(h, "message") or "", group(h, "body") or ""]
         for ex in _likely_first(explainers, texts):
             rx, gated_by = ex.rx, ex.gated_by
             if rx is not None and any(rx.search(t) for t in texts) and (gated_by is None
@@ -276,6 +281,7 @@ def _headless(ctx: CheckContext, ignore: set[str], min_after: int,
         facts["step"] = lead.step
     step = f" at step {lead.step}" if lead.step is not None else ""
     kept = ("libtorch's C++ report of it, no Python traceback" if exc_type == "c10::Error"
+            else "only its exception line and the message below it, not the traceback" if group(lead, "multiline")
             else "only its last line, not the traceback")
     msg = (f"The run died of an uncaught {exc_type.rsplit('.', 1)[-1]}: {message[:200]!r}{step} ({where(lead)}); "
            f"the log holds {kept}.")
@@ -303,6 +309,28 @@ def _c10_reports(ctx: CheckContext) -> list[Hit]:
     return out
 
 
+def _message_head(tail: Sequence[tuple[int, str]]) -> tuple[int, str, str] | None:
+    """The exception line of a multi-line message that ends the log: "RuntimeError: Error(s) in loading
+    state_dict for DataParallel:" whose message goes on below it, indented ("\tMissing key(s) in
+    state_dict: ..."), and wrapped by the terminal (a line below one of at least ``_WRAP_WIDTH``
+    characters), with that message's lines joined. None when the log's last lines are not such a
+    continuation."""
+    lines = [(n, line) for n, line in tail if line.strip()][-_MESSAGE_LINES - 1:]
+    for i in range(len(lines) - 2, -1, -1):
+        n, line = lines[i]
+        m = _LAST_LINE_EXC.match(line)
+        if m is not None and _looks_like_exception(m.group("exc_type")):
+            body = lines[i + 1:]
+            if line.rstrip().endswith(":") and body[0][1][:1] in (" ", "\t") and all(
+                    cur[:1] in (" ", "\t") or len(prev.rstrip()) >= _WRAP_WIDTH
+                    for (_, prev), (_, cur) in zip(lines[i:-1], body, strict=True)):
+                return n, line, "\n".join(text for _, text in body)
+            return None
+        if line.lstrip().startswith(("Traceback (most recent call last)", 'File "')):
+            return None
+    return None
+
+
 def _last_line_exceptions(ctx: CheckContext) -> list[Hit]:
     """A plain "ZeroDivisionError: division by zero" as the last line of a log: what CPython's excepthook
     prints last, kept without its traceback (a tail, a paste). Only the last line: earlier such lines
@@ -312,6 +340,9 @@ def _last_line_exceptions(ctx: CheckContext) -> list[Hit]:
         last = next(((n, line) for n, line in reversed(scan.tail) if line.strip()), None)
         if last is None:
             continue
+        head = _message_head(scan.tail)
+        if head is not None:
+            last = head[:2]
         m = _LAST_LINE_EXC.match(last[1])
         a = _ARGPARSE_ERROR.match(last[1])
         if a is not None and any(_ARGPARSE_USAGE.match(line) for n, line in scan.tail if last[0] - 4 <= n < last[0]):
@@ -320,7 +351,10 @@ def _last_line_exceptions(ctx: CheckContext) -> list[Hit]:
                                                  "prog": a.group("prog")},
                            rank=scan.rank, step=scan.last_step))
         elif m is not None and _looks_like_exception(m.group("exc_type")):
+            groups = {k: v for k, v in m.groupdict().items() if v is not None}
+            if head is not None:
+                groups["multiline"] = "yes"
+                groups["body"] = head[2][:_BODY_CHARS]
             out.append(Hit(key=f"{ctx.card.id}/last_line_exception", path=scan.path, lineno=last[0], offset=-1,
-                           text=last[1], groups={k: v for k, v in m.groupdict().items() if v is not None},
-                           rank=scan.rank, step=scan.last_step))
+                           text=last[1], groups=groups, rank=scan.rank, step=scan.last_step))
     return out

@@ -82,6 +82,7 @@ def is_stop(tb: Traceback, run: Run | None = None) -> bool:
 _RELAYED_STOP = regex.compile(r"Received (?:Signals\.)?(SIGINT|SIGTERM|2|15) death signal, shutting down workers"
                               r"|Sending process \d+ closing signal (SIGINT|SIGTERM)\b")
 _RELAY_WINDOW = 3  # non-blank lines above a traceback's header searched for the relay
+_FOLLOW_GAP = 1  # non-blank lines allowed between a KeyboardInterrupt traceback and a cut one below it
 # The agent's report of a rank that failed by itself ("failed (exitcode: 1) local_rank: 3 (pid: 33054) of binary"):
 # the "Sending process N closing signal SIGTERM" lines above it are the agent stopping that rank's siblings, and
 # the traceback below it is torchrun's own report of the failure, not a relayed stop. An exit code of SIGTERM or
@@ -105,6 +106,8 @@ def marked_stop(run: Run, tb: Traceback) -> str | None:
     head, above = lines.get(tb.line_start, ""), lines.get(tb.line_start - 1, "")
     if head.lstrip().startswith("^C") or above.rstrip().endswith("^C"):
         return "KeyboardInterrupt"
+    if _follows_keyboard_interrupt(run, tb, lines):
+        return "KeyboardInterrupt"
     seen = 0
     for lineno in range(tb.line_start - 1, max(0, tb.line_start - 1 - 4 * _RELAY_WINDOW), -1):
         line = lines.get(lineno)
@@ -120,6 +123,23 @@ def marked_stop(run: Run, tb: Traceback) -> str | None:
         if seen >= _RELAY_WINDOW:
             break
     return None
+
+
+def _follows_keyboard_interrupt(run: Run, tb: Traceback, lines: dict[int, str]) -> bool:
+    """Right below another traceback of the same log that ends in KeyboardInterrupt, or is itself a cut
+    one so marked (nothing but blank lines and at most one other line between, all in the log's tail):
+    Ctrl-C reaches every process of the group and each prints its traceback (a DataLoader finalizer's
+    "Exception ignored in", the workers', the main one), so a cut one below is the same stop."""
+    prev = max((t for t in run.all_tracebacks if t.path == tb.path and t.line_end < tb.line_start),
+               key=lambda t: t.line_end, default=None)
+    if prev is None or tb.line_start not in lines or prev.line_end not in lines:
+        return False
+    between = [n for n in range(prev.line_end + 1, tb.line_start) if lines.get(n, "").strip()]
+    if len(between) > _FOLLOW_GAP:
+        return False
+    if prev.exc_type:
+        return prev.exc_type.rsplit(".", 1)[-1] == "KeyboardInterrupt"
+    return _follows_keyboard_interrupt(run, prev, lines)
 
 
 def ctrl_c_marked(run: Run, tb: Traceback) -> bool:
@@ -143,6 +163,10 @@ def waiting_frame(tb: Traceback) -> Frame | None:
                                     or "/multiprocessing/" in path):
         return frame
     if func in ("get", "put") and (_WAIT_MODULE.search(path) or "/multiprocessing/" in path):
+        return frame
+    # a lock taken by ``with lock:`` (multiprocessing's SemLock, threading's Lock / Condition): its
+    # ``__enter__`` blocks like ``acquire`` ("return self._semlock.__enter__()" in synchronize.py)
+    if func == "__enter__" and (path.endswith(("/multiprocessing/synchronize.py", "/threading.py"))):
         return frame
     # the DataLoader fetching the next batch from its workers (a quote cut before the queue's frames)
     if func in ("__next__", "_next_data", "_get_data", "_try_get_data") \

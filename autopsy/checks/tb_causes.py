@@ -80,10 +80,18 @@ def read_before(run: Run, hit: Hit, max_lines: int = BEFORE_LINES, max_bytes: in
     return lines[-max_lines:]
 
 
+# A Python warning as the warnings module prints it ("/site-packages/transformers/training_args.py:1525:
+# FutureWarning: `evaluation_strategy` is deprecated ...") and the source line it shows under it
+# ("  warnings.warn("): it names the module that warned earlier, not what the failing call was doing.
+_WARNING_LINE = regex.compile(r"^\s*\S.*\.py:\d+: (?:[A-Z]\w*)?Warning: |^\s+warnings\.warn\(")
+
+
 def hit_context(run: Run, hit: Hit) -> str:
-    """What a hit's exception was doing: its traceback's frames, else the lines above it, and the line."""
+    """What a hit's exception was doing: its traceback's frames, else the lines above it (Python's
+    warning lines left out), and the line."""
     tb = traceback_at(run, hit)
-    above = frames_text(tb) if tb is not None else "\n".join(read_before(run, hit))
+    above = frames_text(tb) if tb is not None else "\n".join(
+        line for line in read_before(run, hit) if not _WARNING_LINE.search(line))
     return f"{above}\n{hit.text}"
 
 
