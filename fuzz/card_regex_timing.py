@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import json
 import os
-import select
-import subprocess
 import sys
 import time
-from typing import Any
 
-from parser_regex_timing import FILLERS, GROW, GROW_SHAPES, MAX_TIMEOUTS, SCREEN, TAILS, TIMEOUT_S
+from parser_regex_timing import TIMEOUT_S, Runner, screen
 
 
 def _child(pattern: str, ignore_case: str) -> None:
@@ -35,62 +32,6 @@ def _child(pattern: str, ignore_case: str) -> None:
         t0 = time.process_time()
         rx.search(text)
         print(json.dumps(time.process_time() - t0), flush=True)
-
-
-class _Runner:
-    def __init__(self, pattern: str, ignore_case: bool) -> None:
-        self.args = [sys.executable, __file__, "--child", pattern, "1" if ignore_case else "0"]
-        self.proc: subprocess.Popen[str] | None = None
-
-    def time(self, task: tuple[str, str, str, int], timeout: float) -> float | None:
-        if self.proc is None:
-            self.proc = subprocess.Popen(self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(task) + "\n")
-        self.proc.stdin.flush()
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout + 5)
-        if not ready:
-            self.close()
-            return None
-        return float(json.loads(self.proc.stdout.readline()))
-
-    def close(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
-
-
-def measure(pattern: str, ignore_case: bool, prefixes: list[str]) -> list[dict[str, Any]]:
-    runner = _Runner(pattern, ignore_case)
-    rows: list[dict[str, Any]] = []
-    try:
-        timeouts = 0
-        for prefix in prefixes:
-            for filler in FILLERS:
-                for tail in TAILS:
-                    if timeouts >= MAX_TIMEOUTS:
-                        break
-                    times: dict[int, float | None] = {}
-                    for n in SCREEN:
-                        times[n] = runner.time((prefix, filler, tail, n), 10.0)
-                        if times[n] is None:
-                            break
-                    timeouts += any(t is None for t in times.values())
-                    a, b = times.get(SCREEN[0]), times.get(SCREEN[1])
-                    superlinear = b is None or (a is not None and b > 1e-3 and b > 8 * max(a, 1e-6))
-                    rows.append({"prefix": prefix, "filler": filler, "tail": tail, "times": times,
-                                 "superlinear": superlinear})
-        bad = sorted((r for r in rows if r["superlinear"]),
-                     key=lambda r: -(r["times"][SCREEN[1]] if r["times"].get(SCREEN[1]) is not None else 1e9))
-        for r in bad[:GROW_SHAPES]:
-            t = r["times"].get(SCREEN[1])
-            for n in GROW:
-                t = None if t is None else runner.time((r["prefix"], r["filler"], r["tail"], n), TIMEOUT_S)
-                r["times"][n] = t
-    finally:
-        runner.close()
-    return rows
 
 
 def main(argv: list[str]) -> None:
@@ -107,7 +48,8 @@ def main(argv: list[str]) -> None:
     for spec in specs:
         if wanted and spec.key not in wanted:
             continue
-        rows = measure(spec.regex, spec.ignore_case, ["", *spec.literals[:3]])
+        runner = Runner([sys.executable, __file__, "--child", spec.regex, "1" if spec.ignore_case else "0"])
+        rows = screen(runner, ["", *spec.literals[:3]])
         bad = [r for r in rows if r["superlinear"]]
         worst = max(rows, key=lambda r: (len(r["times"]), max((t if t is not None else 1e9)
                                                                 for t in r["times"].values())))

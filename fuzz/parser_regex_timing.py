@@ -105,11 +105,12 @@ def _child(mod: str, name: str, call: str) -> None:
         print(json.dumps(time.process_time() - t0), flush=True)
 
 
-class _Runner:
-    """One child per pattern, restarted after a killed (timed-out) measurement."""
+class Runner:
+    """One child per pattern (``args``: its command line), restarted after a killed (timed-out)
+    measurement. The child reads ``[prefix, filler, tail, n]`` lines and answers CPU seconds."""
 
-    def __init__(self, mod: str, name: str, call: str) -> None:
-        self.args = [sys.executable, __file__, "--child", mod, name, call]
+    def __init__(self, args: list[str]) -> None:
+        self.args = args
         self.proc: subprocess.Popen[str] | None = None
 
     def time(self, task: tuple[str, str, str, int], timeout: float) -> float | None:
@@ -132,7 +133,11 @@ class _Runner:
 
 
 def measure(mod: str, name: str, call: str, prefixes: list[str]) -> list[dict[str, Any]]:
-    runner = _Runner(mod, name, call)
+    return screen(Runner([sys.executable, __file__, "--child", mod, name, call]), prefixes)
+
+
+def screen(runner: Runner, prefixes: list[str]) -> list[dict[str, Any]]:
+    """Every shape at the screening sizes, then the worst superlinear ones (or the slowest) grown."""
     rows: list[dict[str, Any]] = []
     try:
         timeouts = 0
