@@ -155,8 +155,10 @@ def load_styles(text: str) -> tuple[Style, ...]:
     """Parse and check a styles document (a YAML list); raises :class:`StyleError`."""
     import yaml
 
-    # libyaml's safe loader when PyYAML has it (4x faster; every analysis loads this file)
-    specs = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or []
+    # libyaml's safe loader when PyYAML has it (4x faster; every analysis loads this file). Named so
+    # that tests/test_hostile_runs.py can tell it is a safe loader (a SafeLoader or its C twin).
+    CSafeOrSafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    specs = yaml.load(text, Loader=CSafeOrSafeLoader) or []
     if not isinstance(specs, list) or not all(isinstance(s, dict) for s in specs):
         raise StyleError("the styles file must be a list of mappings")
     out = tuple(parse_style(s) for s in specs)
