@@ -26,7 +26,7 @@ import os
 import sys
 from typing import Any
 
-from autopsy.engine.catalog_index import cache_dir, cache_key, file_stat, recently_changed
+from autopsy.engine.catalog_index import cache_dir, cache_key, file_stat, recently_changed, write_cache_file
 from autopsy.engine.schema import CardError
 from autopsy.engine.types import Card, Match, Pattern
 from autopsy.model import Confidence, Severity
@@ -145,17 +145,7 @@ def _write(path: str, key: tuple[Any, ...], key_text: str, loaded: Loaded) -> No
             return  # something JSON does not hold exactly: serve uncached
     except (TypeError, ValueError):
         return
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(tmp, "wb") as fh:
-            fh.write(blob)
-        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
-    except OSError:  # read-only home, full disk: the cache is only an optimisation
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+    write_cache_file(path, blob)
 
 
 __all__ = ["cache_path", "cached_builtin", "card_data", "card_from_data"]

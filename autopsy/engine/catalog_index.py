@@ -299,6 +299,12 @@ def _write(path: str, key: tuple[Any, ...], index: CatalogIndex) -> None:
             return
     except (TypeError, ValueError):  # a param JSON cannot hold (a YAML date): serve uncached
         return
+    write_cache_file(path, blob)
+
+
+def write_cache_file(path: str, blob: bytes) -> None:
+    """Write a cache entry atomically (a concurrent reader sees the old file or the new one);
+    a failure (read-only home, full disk) is ignored: a cache is only an optimisation."""
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -313,4 +319,4 @@ def _write(path: str, key: tuple[Any, ...], index: CatalogIndex) -> None:
 
 
 __all__ = ["CardInfo", "CatalogIndex", "builtin_index", "builtin_rules_dir", "cache_dir", "cache_key",
-           "cache_path", "cached_index", "file_stat", "recently_changed"]
+           "cache_path", "cached_index", "file_stat", "recently_changed", "write_cache_file"]
