@@ -231,6 +231,10 @@ class Run:
     def config_entries(self) -> list[ConfigEntry]:
         """Every flattened config value of configs, launch scripts and argument dumps."""
         entries = list(self._file_config_entries)
+        from autopsy.parsers.tb_config import read_tb_config
+
+        for art in self.artifacts_of(ArtifactKind.TFEVENTS):  # HF's TrainingArguments text, Lightning's hparams
+            entries.extend(read_tb_config(self.fs_path(art.path), art.path))
         for scan in self.logs:  # configuration the program printed (source "log")
             entries.extend(scan.config)
         for rows in self.metric_files:  # settings a tracker recorded beside its metrics (W&B records)
@@ -256,12 +260,14 @@ class Run:
         """The entry for a canonical key, preferring what the run was launched with.
 
         Precedence: launch-script flags, then argument dumps, then what the log printed, then
-        training configs, then model/tokenizer configs, then trainer_state; within one kind,
+        training configs, then what a framework recorded it used (HF's
+        TrainingArguments or Lightning's hparams in TensorBoard), then model/tokenizer configs,
+        then trainer_state; within one kind,
         the shallowest path; within one log, the last line (a later override won).
         """
         # "log": what the program printed it used (nanoGPT overrides, HF's "Running training").
         rank = {"launch_flag": 0, "args_dump": 1, "log": 1.5, "hydra": 2, "yaml": 3, "json": 3, "toml": 3,
-                "meta": 4, "hf_config": 5, "tokenizer": 6, "trainer_state": 7}
+                "meta": 4, "tensorboard": 4, "hf_config": 5, "tokenizer": 6, "trainer_state": 7}
         cands = [e for e in self.config_entries if e.key == key and e.value is not None]
         if not cands:
             return default

@@ -1,7 +1,6 @@
-"""TensorBoard text and hparams summaries read as config entries (HF's TrainingArguments text,
-Lightning's hyperparameters). The summaries are built by TensorBoard's own summary APIs.
-Not yet merged into run.config: on the lr_mismatch fixture the real TrainingArguments'
-warmup_steps changes lr.mismatch's facts, which that rule's owner has to settle first."""
+"""TensorBoard text and hparams summaries read as config entries and land in run.config (HF's
+TrainingArguments text, Lightning's hyperparameters). The summaries are built by TensorBoard's own
+summary APIs; the generated runs (fixtures/runs/lightning_clean, lr_mismatch) are checked end to end."""
 
 from __future__ import annotations
 
@@ -12,6 +11,9 @@ from pathlib import Path
 import pytest
 
 from autopsy.parsers.tb_config import read_tb_config
+from autopsy.run import load_run
+
+RUNS = Path(__file__).resolve().parent.parent / "fixtures" / "runs"
 
 
 def _write(path: Path, summaries: list[object]) -> None:
@@ -56,3 +58,35 @@ def test_junk_event_files_give_nothing(tmp_path: Path, junk: bytes) -> None:
     p = tmp_path / "events.out.tfevents.3.host"
     p.write_bytes(junk)
     assert read_tb_config(p, "x") == []
+
+
+def test_text_summary_lands_in_run_config_below_the_users_files(tmp_path: Path) -> None:
+    from tensorboard.plugins.text.summary_v2 import text_pb
+
+    args = {"learning_rate": 5e-3, "max_steps": 200, "warmup_steps": 50}
+    _write(tmp_path / "runs" / "events.out.tfevents.1.host", [text_pb("args", json.dumps(args))])
+    run = load_run(tmp_path)
+    lr = run.config_value("learning_rate")
+    assert lr is not None and lr.value == 5e-3 and lr.source == "tensorboard" and lr.raw_key == "args.learning_rate"
+    assert run.config_value("warmup_steps").value == 50
+    # a value the user wrote in a config file is preferred over the framework's record of it
+    (tmp_path / "config.yaml").write_text("learning_rate: 0.001\n")
+    assert load_run(tmp_path).config_value("learning_rate").source == "yaml"
+
+
+def test_lightning_hparams_of_the_generated_run_in_run_config() -> None:
+    # pytorch-lightning 2.6.6's TensorBoardLogger wrote save_hyperparameters() (lr=0.05, hidden=16,
+    # num_classes=2) as an hparams summary; hparams.yaml says the same and outranks it
+    run = load_run(RUNS / "lightning_clean")
+    tb = {e.raw_key: e.value for e in run.config_entries if e.source == "tensorboard"}
+    assert tb == {"lr": 0.05, "hidden": 16.0, "num_classes": 2.0}
+    assert run.config_value("num_classes").value == 2
+
+
+def test_hf_training_arguments_of_the_generated_run_in_run_config() -> None:
+    # lr_mismatch: HF Trainer's TrainingArguments text summary holds the effective warmup_steps
+    # (200000, computed by train.py from warmup_tokens), which no config file of the run states
+    run = load_run(RUNS / "lr_mismatch")
+    warm = run.config_value("warmup_steps")
+    assert warm is not None and warm.value == 200000 and warm.source == "tensorboard"
+    assert run.config_value("learning_rate").source == "yaml"  # configs/train.yaml:13 stays the cited one

@@ -190,14 +190,10 @@ def mismatch(ctx: CheckContext) -> Iterable[Finding]:
         ev.append(config_evidence(cfg_entry))
     if warm is not None and warm_entry is not None:
         facts.update({"warmup_steps": rounded(warm), "warmup_source": cite(warm_entry)})
-        ev.append(config_evidence(warm_entry))
     last = run.last_step
     facts["max_steps"] = planned
     facts["last_step"] = last
     warm_too_long = warm is not None and planned is not None and warm >= planned
-    if warm_too_long:
-        reasons.append(f"the warmup ({warm:.0f} steps, {cite(warm_entry)}) is longer than the whole run "
-                       f"({planned} steps), so the configured peak is never reached")
     ratio = None
     if s is not None and cfg is not None and cfg > 0 and float(np.max(s.values)) > 0:
         i = int(np.argmax(s.values))
@@ -211,8 +207,9 @@ def mismatch(ctx: CheckContext) -> Iterable[Finding]:
         if ratio <= 1 / threshold or ratio >= threshold:
             why = ""
             if warm is not None and s.steps[-1] < warm:
-                why = (f"; the warmup ({warm:.0f} steps) is longer than the {int(s.steps[-1])} steps logged, "
-                       "so the LR was still ramping up")
+                if not warm_too_long:  # (else the reason below says it, with the planned length)
+                    why = (f"; the warmup ({warm:.0f} steps) is longer than the {int(s.steps[-1])} steps logged, "
+                           "so the LR was still ramping up")
                 facts["warmup_longer_than_run"] = True
             elif not warm_too_long and ratio < 1 and _still_rising(s.values):
                 # A linear ramp to the last step: a warmup longer than the run, computed somewhere
@@ -236,6 +233,20 @@ def mismatch(ctx: CheckContext) -> Iterable[Finding]:
         raise NotEvaluated("no LR series found to compare with the configured learning_rate")
     # (an all-zero LR series that _zero_lr did not report, too few points or too coarsely printed
     # to tell from a decayed LR, has no ratio to the configured one: nothing to say about it here)
+    if warm_too_long:
+        reasons.append(f"the warmup ({warm:.0f} steps, {cite(warm_entry)}) is longer than the whole run "
+                       f"({planned} steps), so the configured peak is never reached")
+        # The steps a framework recorded it used (HF's TrainingArguments in TensorBoard) were computed
+        # from a setting the user wrote in another unit (warmup_tokens): that line is where the fix goes.
+        other = _warmup_like_entry(run)
+        if other is not None and warm_entry is not None and other.key != warm_entry.key \
+                and other.source in _USER_CONFIG_SOURCES and warm_entry.source not in _USER_CONFIG_SOURCES:
+            reasons[-1] += f" (check how {other.raw_key} at {cite(other)} is turned into steps)"
+            facts["warmup_setting"] = f"{other.raw_key}: {other.text}"
+            facts["warmup_setting_source"] = cite(other)
+            ev.append(config_evidence(other))
+    if warm is not None and warm_entry is not None:  # after the logged LR and the line to fix
+        ev.append(config_evidence(warm_entry))
     if not reasons:
         return []
     if warm_too_long:
@@ -251,6 +262,10 @@ def _still_rising(values: np.ndarray) -> bool:
     if v.size < 3 or not np.isfinite(v).all():
         return False
     return bool(v[-1] >= v.max() and v[-1] > v[0] and (np.diff(v) >= -1e-12 * max(abs(v.max()), 1e-30)).all())
+
+
+# Config sources a user writes (files, launch flags), as opposed to what a framework recorded it used.
+_USER_CONFIG_SOURCES = frozenset({"yaml", "json", "toml", "hydra", "launch_flag", "args_dump"})
 
 
 def _warmup_like_entry(run: Run) -> ConfigEntry | None:
