@@ -169,6 +169,9 @@ class MetricReader:
     def __init__(self, known: tuple[Style, ...] | None = None) -> None:
         self.known = styles() if known is None else known
         self.enabled = self.known  # styles whose anchors the scanner searches for
+        # (enabled, the enabled styles that can claim a step line): claims() runs on every step line
+        self._claimers: tuple[tuple[Style, ...] | None, tuple[tuple[tuple[str, ...], re.Pattern[str]], ...]] = \
+            (None, ())
         self.templates: dict[str, tuple[str, ...]] = {}  # template -> its metric keys
         self.epoch: int | None = None  # from the last context line (Keras "Epoch 3/10")
         self.epoch_total: int | None = None  # the largest planned epoch count seen
@@ -258,8 +261,12 @@ class MetricReader:
         names its own values (``v_<tag>`` groups: VSE++'s ``Le`` is its loss) or reads a value from its
         absence (Megatron's vanished NaN loss, ``dropped_when_not_positive``): the step-line parser
         leaves the line to it."""
-        return any((s.value_groups or s.dropped_keys is not None) and s.match is not None
-                   and any(a in text for a in s.anchors) and s.match.search(text) is not None for s in self.enabled)
+        enabled = self.enabled
+        if self._claimers[0] is not enabled:  # ``enabled`` is reassigned by learn() and by the parallel scan
+            self._claimers = (enabled, tuple((s.anchors, s.match) for s in enabled if s.match is not None
+                                             and (s.value_groups or s.dropped_keys is not None)))
+        return any(any(a in text for a in anchors) and match.search(text) is not None
+                   for anchors, match in self._claimers[1])
 
     def read(self, text: str) -> Reading | None:
         """The metrics of one line (already cleaned), or None."""
