@@ -143,6 +143,11 @@ class BlockContext:
             if q < 0:
                 return
             s = self._seg_start(q, lo)
+            if buf.find(b"[", s, q) < 0:
+                # no bar: tqdm's unit sits inside its brackets, after the '[' (an open-world
+                # "54.8 ms/iter" or "bits/s" line is no bar, and parse_bar's regex would say so slowly)
+                q = s
+                continue
             if self.max_total and self._fast_bar(s, q):
                 return
             e = self._bar_end(q)
@@ -188,6 +193,9 @@ class BlockContext:
             s = self._seg_start(q, lo)
             if self.base + s <= self.step_pos:
                 break  # a step line or dict after this bar set the current step
+            if buf.find(b"[", s, q) < 0:  # no bar (see _advance_bars)
+                q = s
+                continue
             text, _ = lt.clean(buf[s:min(self._bar_end(q), s + 4096)], self.label_mode)
             bar = parse_bar(text)
             if bar is not None and bar.training and not (bar.total and bar.epoch is None
