@@ -42,6 +42,8 @@ CHUNK = 1 << 20
 def _write(path: Path, lines: Iterator[str], mb: float, tail: str) -> int:
     """Write ``lines`` until about ``mb`` megabytes, then ``tail``; return the size."""
     target = int(mb * 1024 * 1024)
+    # flush at the target when it is below a chunk: the check's scaled-down cases are 64-256 KB
+    flush_at = min(CHUNK, max(target, 1))
     written = 0
     buf: list[str] = []
     size = 0
@@ -49,7 +51,7 @@ def _write(path: Path, lines: Iterator[str], mb: float, tail: str) -> int:
         for line in lines:
             buf.append(line)
             size += len(line)
-            if size > CHUNK:
+            if size >= flush_at:
                 written += fh.write("".join(buf))
                 buf.clear()
                 size = 0
@@ -57,6 +59,10 @@ def _write(path: Path, lines: Iterator[str], mb: float, tail: str) -> int:
                     break
         written += fh.write("".join(buf) + tail)
     return path.stat().st_size
+
+
+def _size(size: int) -> str:
+    return f"{size / 1e6:.0f} MB" if size >= 1e6 else f"{size / 1e3:.0f} KB"
 
 
 def make_hf(out: Path, mb: float, seed: int = 0) -> str:
@@ -106,7 +112,7 @@ def make_torchrun(out: Path, mb: float, seed: int = 0) -> str:
         "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n"
         "============================================================\n")
     size = _write(out / "torchrun.log", lines(), mb, tail)
-    return f"4 ranks interleaved with [rankN]: prefixes, {size / 1e6:.0f} MB, OOM on rank 2 + ChildFailedError"
+    return f"4 ranks interleaved with [rankN]: prefixes, {_size(size)}, OOM on rank 2 + ChildFailedError"
 
 
 def make_lightning(out: Path, mb: float, seed: int = 0) -> str:
@@ -136,7 +142,7 @@ def make_lightning(out: Path, mb: float, seed: int = 0) -> str:
     tail = (f"\rEpoch 99:  12%|\u2588         | 120/{per_epoch} [00:24<03:00, 5.00it/s, v_num=0, train_loss=nan]\n"
             "`Trainer.fit` stopped: `max_epochs=100` reached.\n")
     size = _write(out / "lightning.log", lines(), mb, tail)
-    return f"Lightning bars with postfix metrics, validation bars, {size / 1e6:.0f} MB, NaN loss at the end"
+    return f"Lightning bars with postfix metrics, validation bars, {_size(size)}, NaN loss at the end"
 
 
 def make_keras(out: Path, mb: float, seed: int = 0) -> str:
@@ -164,7 +170,7 @@ def make_keras(out: Path, mb: float, seed: int = 0) -> str:
             "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with "
             "shape[8192,65536] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc\n")
     size = _write(out / "keras.log", lines(), mb, tail)
-    return f"Keras fit progress with \\r redraws and epoch summaries, {size / 1e6:.0f} MB, TF OOM at the end"
+    return f"Keras fit progress with \\r redraws and epoch summaries, {_size(size)}, TF OOM at the end"
 
 
 def make_openworld(out: Path, mb: float, seed: int = 0) -> str:
@@ -193,7 +199,7 @@ def make_openworld(out: Path, mb: float, seed: int = 0) -> str:
     tail = ("Traceback (most recent call last):\n  File \"train.py\", line 88, in <module>\n    save(model)\n"
             "OSError: [Errno 28] No space left on device\n")
     size = _write(out / "train.log", lines(), mb, tail)
-    return f"open-world metric lines in four styles, {size / 1e6:.0f} MB, disk full at the end"
+    return f"open-world metric lines in four styles, {_size(size)}, disk full at the end"
 
 
 def make_quiet(out: Path, mb: float, seed: int = 0) -> str:
@@ -212,7 +218,7 @@ def make_quiet(out: Path, mb: float, seed: int = 0) -> str:
 
     tail = "Fatal Python error: Segmentation fault\n\nCurrent thread 0x00007f (most recent call first):\n"
     size = _write(out / "app.log", lines(), mb, tail)
-    return f"service/data-loader chatter with few candidate lines, {size / 1e6:.0f} MB, segfault at the end"
+    return f"service/data-loader chatter with few candidate lines, {_size(size)}, segfault at the end"
 
 
 def make_manyfiles(out: Path, mb: float, seed: int = 0, n: int = 10_000) -> str:

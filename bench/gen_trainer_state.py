@@ -30,11 +30,12 @@ def generate(path: Path, n_entries: int = 200_000, seed: int = 0) -> dict[str, i
         if step % 50 == 0 and len(history) < n_entries:
             history.append({"epoch": round(step / max_steps * 3, 4), "eval_loss": loss + 0.1, "eval_runtime": 12.3,
                             "eval_samples_per_second": 81.3, "eval_steps_per_second": 1.6, "step": step})
-    state = {"best_metric": None, "best_model_checkpoint": None, "epoch": round(step / max_steps * 3, 4),
-             "eval_steps": 50, "global_step": step, "is_hyper_param_search": False, "is_local_process_zero": True,
-             "is_world_process_zero": True, "log_history": history, "logging_steps": 1, "max_steps": max_steps,
-             "num_input_tokens_seen": 0, "num_train_epochs": 3, "save_steps": 500, "stateful_callbacks": {},
-             "total_flos": 1.0e18, "train_batch_size": 8, "trial_name": None, "trial_params": None}
+    state: dict[str, object] = {
+        "best_metric": None, "best_model_checkpoint": None, "epoch": round(step / max_steps * 3, 4),
+        "eval_steps": 50, "global_step": step, "is_hyper_param_search": False, "is_local_process_zero": True,
+        "is_world_process_zero": True, "log_history": history, "logging_steps": 1, "max_steps": max_steps,
+        "num_input_tokens_seen": 0, "num_train_epochs": 3, "save_steps": 500, "stateful_callbacks": {},
+        "total_flos": 1.0e18, "train_batch_size": 8, "trial_name": None, "trial_params": None}
     path.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return {"entries": len(history), "bytes": path.stat().st_size}
 
