@@ -48,6 +48,16 @@ _NOT_LOG_TXT = re.compile(
 # A training log committed as markdown (the console output in a fenced block): named as a log
 # ("log_cifar100.md", "log_output.md", "training_log.md", "README-logs.md"), not a changelog or docs.
 _MARKDOWN_LOG = re.compile(r"(?i)(?:^|[_\-.])(?:logs?|output|console|stdout)(?:[_\-.]|$)")
+# ... or a job's console output saved under the job's own name ("test_4_1.md", "SundayFix_0.md": a course
+# repository's LSF outputs), told by its first bytes: no markdown structure first, and a line only a console
+# holds - a scheduler's report (LSF's "Sender: LSF System <...>", "PBS Job Id:", slurmstepd), wandb's
+# prefix, a Python traceback or "can't open file", a shell's signal word on its own line.
+_DOC_MD = re.compile(r"(?i)^(?:readme|changelog|changes|contributing|license|history|code_of_conduct|security|authors)")
+_MARKDOWN_START = re.compile(r"\s*(?:#|<|\||```|---|\[|!\[|> )")
+_CONSOLE_LINE = re.compile(
+    r"(?m)^(?:Sender: LSF System <|PBS Job Id: |slurmstepd: |wandb: |Traceback \(most recent call last\):"
+    r"|python[\d.]*: can't open file |(?:Killed|Terminated|Aborted \(core dumped\)|Segmentation fault \(core dumped\)"
+    r"|User defined signal [12])\s*$)")
 _CONFIG_SUFFIXES = frozenset({".yaml", ".yml", ".json", ".toml", ".cfg", ".ini"})
 _NOT_CONFIG_JSON = frozenset({"vocab.json", "special_tokens_map.json", "added_tokens.json"})
 _LAUNCH_SUFFIXES = frozenset({".sh", ".sbatch", ".slurm", ".bash", ".qsub", ".pbs"})
@@ -185,7 +195,7 @@ def classify(rel_path: str, head: bytes | None) -> tuple[ArtifactKind, str | Non
     is_log_name = (
         suffix in _LOG_SUFFIXES and not _NOT_LOG_TXT.match(lower)
     ) or lower in _LOG_NAMES or lower.startswith("slurm-") or _NUMBERED_LOG.search(lower) is not None \
-        or (suffix == ".md" and _MARKDOWN_LOG.search(lower[:-3]) is not None)
+        or (suffix == ".md" and (_MARKDOWN_LOG.search(lower[:-3]) is not None or _console_markdown(lower, head)))
     if head is not None and looks_binary(head):
         if is_log_name:
             return ArtifactKind.OTHER, "binary"
@@ -193,6 +203,15 @@ def classify(rel_path: str, head: bytes | None) -> tuple[ArtifactKind, str | Non
     if is_log_name:
         return ArtifactKind.LOG, None
     return ArtifactKind.OTHER, None
+
+
+def _console_markdown(lower: str, head: bytes | None) -> bool:
+    """A ``.md`` file whose first bytes are a job's console output, not a document (see _CONSOLE_LINE)."""
+    if head is None or _DOC_MD.match(lower):
+        return False
+    text = head.decode("utf-8", "replace").lstrip("\ufeff")
+    first = next((ln for ln in text.splitlines() if ln.strip()), "")
+    return not _MARKDOWN_START.match(first) and _CONSOLE_LINE.search(text) is not None
 
 
 def _is_tag(head: bytes) -> bool:

@@ -51,8 +51,13 @@ _NT_CODES = ((_NT_STACK_OVERFLOW, "stack overflow"), (_NT_HEAP, "heap corruption
              (_NT_FAIL_FAST, "fail-fast"), (_NT_DIVIDE, "divide by zero"))
 
 
-# zsh's word for SIGABRT, as a job report or for a foreground job ("zsh: abort      python train.py")
-_SHELL_ABORT = regex.compile(r"(?:\d |zsh: )abort\b")
+# zsh's word for SIGABRT, as a job report or for a foreground job ("zsh: abort      python train.py"),
+# bash's ("Aborted (core dumped)", "line 14: 94460 Aborted ..."), libstdc++'s terminate handler (abort())
+_SHELL_ABORT = regex.compile(r"(?:\d |zsh: )abort\b|(?:^\s*|[\]|%]|\d )Aborted\b|terminate called after throwing")
+# The what() of a C++ exception another rule reads: NCCL / c10d errors and their watchdog (dist.*), CUDA
+# errors (cuda.runtime / oom.cuda), std::bad_alloc (oom.host). Thrown through std::terminate they are
+# still that rule's; crash.segfault reports only the abort of an exception no rule knows.
+_KNOWN_WHAT = regex.compile(r"NCCL|ProcessGroup|c10d|DistBackendError|Watchdog|CUDA|CUBLAS|CUDNN|bad_alloc")
 
 
 def _signal_of(text: str) -> str:
@@ -84,9 +89,20 @@ def _faulthandler_frames(ctx: CheckContext, hit: Hit) -> list[str]:
 
 
 def segfault(ctx: CheckContext) -> Iterable[Finding]:
+    def what(hit: Hit) -> str:
+        """The terminate handler's what() line: on the same line or one of the next two."""
+        if "what():" in hit.text:
+            return hit.text.split("what():", 1)[1].strip()
+        nxt = next((ln for ln in read_after(ctx.run, hit, max_lines=2) if "what():" in ln), "")
+        return nxt.split("what():", 1)[1].strip() if nxt else ""
+
     def facts(hit: Hit) -> dict[str, Any]:
         frames = _faulthandler_frames(ctx, hit)
         out: dict[str, Any] = {"signal": _signal_of(hit.text)}
+        if group(hit, "exception"):
+            out["exception"] = group(hit, "exception")
+            if what(hit):
+                out["what"] = what(hit)[:300]
         if frames:
             out["last_frames"] = frames[:8]
             project = [f for f in frames if "-packages/" not in f and "/lib/python" not in f]
@@ -95,26 +111,33 @@ def segfault(ctx: CheckContext) -> Iterable[Finding]:
 
     def message(hit: Hit, f: Mapping[str, Any], n: int) -> str:
         sig = f.get("signal")
-        what = {"SIGBUS": "a bus error (SIGBUS)", "SIGILL": "an illegal instruction (SIGILL)",
-                "SIGABRT": "an abort (SIGABRT)", "fatal": "a fatal Python error",
-                "access violation": "a Windows access violation (0xC0000005, the SIGSEGV of Windows)",
-                "stack overflow": "a stack overflow (0xC00000FD)",
-                "heap corruption": "heap corruption (0xC0000374)",
-                "fail-fast": "a fail-fast abort (0xC0000409, STATUS_STACK_BUFFER_OVERRUN: a native library called "
-                             "abort() or detected a corrupted stack)",
-                "divide by zero": "an integer division by zero in native code (0xC0000094, the SIGFPE of Windows)",
-                }.get(str(sig), "a segmentation fault (SIGSEGV)")
+        what_died = {"SIGBUS": "a bus error (SIGBUS)", "SIGILL": "an illegal instruction (SIGILL)",
+                     "SIGABRT": "an abort (SIGABRT)", "fatal": "a fatal Python error",
+                     "access violation": "a Windows access violation (0xC0000005, the SIGSEGV of Windows)",
+                     "stack overflow": "a stack overflow (0xC00000FD)",
+                     "heap corruption": "heap corruption (0xC0000374)",
+                     "fail-fast": "a fail-fast abort (0xC0000409, STATUS_STACK_BUFFER_OVERRUN: a native library called "
+                                  "abort() or detected a corrupted stack)",
+                     "divide by zero": "an integer division by zero in native code (0xC0000094, the SIGFPE of Windows)",
+                     }.get(str(sig), "a segmentation fault (SIGSEGV)")
         inside = f" in {f['frame']}" if f.get("frame") else ""
-        return f"The process died of {what}{inside}{rank_phrase(f)} ({where(hit)})."
+        if f.get("exception"):
+            said = f": {f['what']}" if f.get("what") else ""
+            inside += f" after an uncaught C++ exception ({f['exception']}{said})"
+        return f"The process died of {what_died}{inside}{rank_phrase(f)} ({where(hit)})."
 
     def key(hit: Hit) -> str:
         return _signal_of(hit.text)
 
     def skip(hit: Hit) -> bool:
+        if group(hit, "exception") and (_KNOWN_WHAT.search(group(hit, "exception") or "")
+                                        or _KNOWN_WHAT.search(what(hit))):
+            return True
         return any(m in hit.text for m in _WORKER_MARKERS)
 
     return line_rule(ctx, names=("fatal_python", "windows_fatal", "segfault", "segfault_zsh", "bus_error",
-                                 "bus_error_zsh", "abort_shell", "signal_line", "caught_signal", "exit_139",
+                                 "bus_error_zsh", "abort_shell", "abort_bash", "cxx_terminate", "signal_line",
+                                 "caught_signal", "exit_139",
                                  "windows_exit_code",
                                  "dotnet_access_violation", "elastic_exitcode", "deepspeed_signal_exit"),
                      message=message, facts=facts, key=key, skip=skip)

@@ -38,7 +38,7 @@ from autopsy.parsers.types import ChildFailure, Hit
 
 _RANK_IN_TEXT = regex.compile(r"\[(?:PG[^\]]*?)?Rank (?P<rank>\d+)\]")
 _BACKEND = {"watchdog": "nccl", "timeout_at_work": "nccl", "heartbeat": "nccl", "gloo_timeout": "gloo",
-            "store_timeout": "store", "rendezvous_timeout": "rendezvous"}
+            "store_timeout": "store", "rendezvous_timeout": "rendezvous", "hccl_notify_timeout": "hccl"}
 
 
 def _rank(hit: Hit, ctx: CheckContext) -> int | None:
@@ -120,7 +120,7 @@ def timeout(ctx: CheckContext) -> Iterable[Finding]:
 
 
 def _timeout_message(facts: Mapping[str, Any], lead: Hit) -> str:
-    op = f"{facts['op']} " if "op" in facts and facts.get("backend") in ("nccl", "gloo") else ""
+    op = f"{facts['op']} " if "op" in facts and facts.get("backend") in ("nccl", "gloo", "hccl") else ""
     seq = f" (SeqNum {facts['seq']})" if isinstance(facts.get("seq"), int) else ""
     after = f" after {facts['timeout_s']:g} s" if "timeout_s" in facts else ""
     waiting = facts.get("waiting_ranks")

@@ -140,8 +140,10 @@ def env_cuda(ctx: CheckContext) -> Iterable[Finding]:
 
     def facts(hit: Hit) -> dict[str, Any]:
         out: dict[str, Any] = {"arch": arch, "gpu_name": gpu_name}
-        if "no kernel image" in hit.text or "capability" in hit.text:
+        if "no kernel image" in hit.text or "capability" in hit.text or "hipErrorNoBinaryForGpu" in hit.text:
             out["kind"] = "arch_not_in_build"
+            if "hipErrorNoBinaryForGpu" in hit.text:
+                out["platform"] = "rocm"
         elif "driver" in hit.text.lower():
             out["kind"] = "driver"
         elif "not compiled" in hit.text or "is_available() is False" in hit.text:
@@ -156,7 +158,8 @@ def env_cuda(ctx: CheckContext) -> Iterable[Finding]:
         kind = f.get("kind")
         if kind == "arch_not_in_build":
             gpu = f" ({f['gpu_name'].strip()}, {f['arch']})" if f.get("gpu_name") and f.get("arch") else ""
-            what = f"the installed PyTorch build has no kernels for this GPU{gpu}"
+            what = ("the installed ROCm build has no code object for this GPU's architecture (hipErrorNoBinaryForGpu)"
+                    if f.get("platform") == "rocm" else f"the installed PyTorch build has no kernels for this GPU{gpu}")
         elif kind == "driver":
             drv = f" (driver {f['driver_version']})" if f.get("driver_version") else ""
             what = f"the NVIDIA driver is too old for this PyTorch/CUDA build{drv}"
@@ -175,5 +178,5 @@ def env_cuda(ctx: CheckContext) -> Iterable[Finding]:
                                  "deserialize_on_cpu", "cuda_version_mismatch", "no_driver", "no_gpus", "devices_busy",
                                  "no_device",
                                  "gpu_required", "bf16_unsupported", "cuda_init", "device_count_error",
-                                 "arch_unsupported"),
+                                 "arch_unsupported", "hip_no_binary"),
                      message=message, facts=facts, key=key)

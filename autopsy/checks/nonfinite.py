@@ -96,6 +96,9 @@ def nonfinite(ctx: CheckContext) -> Iterable[Finding]:
     loss = load_series(run, LOSS)
     gnorm = load_series(run, "grad_norm")
     others = loss_like_series(run, skip=[(loss.source, loss.tag)] if loss is not None else [])
+    twin = _finite_training_twin(loss, others)
+    if twin is not None:  # a bare "loss" never finite beside the training loss under its own name: judge that one
+        loss, others = twin, [s for s in others if s is not twin]
     # Another series of the training loss (a copy in another source, Lightning's train_loss_epoch
     # beside train_loss_step) is named on the training loss's finding when that one fires too, not
     # reported again; a copy non-finite while the judged loss is finite is reported on its own.
@@ -175,6 +178,8 @@ def nan_lines(ctx: CheckContext) -> list[Finding]:
                 continue
             if (hit.path, key.lower()) in read:
                 continue  # a series of this key was read from this file: the series' judgement stands
+            if key.lower() == "loss" and _FINITE_TRAIN_LOSS.search(hit.text):
+                continue  # a bare "loss" shown as nan beside the training loss itself, finite: a display key
             keys.append(key)
             if first:
                 found.append((hit, key, value))
@@ -196,6 +201,26 @@ def nan_lines(ctx: CheckContext) -> list[Finding]:
     ev = [Evidence(path=h.path, line=h.lineno, excerpt=h.text.strip()[:300], rank=h.rank) for h, _, _ in found[:3]]
     return [ctx.finding(msg, key="loss.nonfinite:line", facts=facts, evidence=ev, confidence=Confidence.MEDIUM,
                         step=hit.step, wall_time=hit.wall_time)]
+
+
+# The training loss itself under its own name, printed finite on the same line as a bare "loss=nan": NeMo's
+# Megatron progress bar ("Epoch 0:   3%|| 565/20101 [2:12:19<76:15:08, 14.05s/it, loss=nan, v_num=,
+# val_loss_step=11.30, reduced_train_loss=3.910, ...", neuronx-nemo-megatron#28) shows the bar's running "loss"
+# as nan at every redraw while the reduced training loss is finite; components (rpn_class_loss) are no copy.
+_TRAIN_LOSS_TAG = r"(?:reduced_)?train(?:ing)?_loss(?:_step)?"
+_FINITE_TRAIN_LOSS = re.compile(rf"(?i)(?<![\w/.-]){_TRAIN_LOSS_TAG}\s{{0,8}}[:=]\s{{0,8}}[-+]?\d")
+_TRAIN_LOSS_NAME = re.compile(rf"(?i){_TRAIN_LOSS_TAG}")
+
+
+def _finite_training_twin(loss: Series | None, others: list[Series]) -> Series | None:
+    """The training loss under its own name (``reduced_train_loss``, ``train_loss``), finite at every step of
+    a judged ``loss`` series that is never finite and read from the same file: that ``loss`` is a display key
+    (NeMo's bar), and the twin is what the run's loss was."""
+    if loss is None or np.isfinite(loss.values).any():
+        return None
+    steps = set(loss.steps.tolist())
+    return next((s for s in others if s.path == loss.path and s.tag != loss.tag and _TRAIN_LOSS_NAME.fullmatch(s.tag)
+                 and bool(np.isfinite(s.values).all()) and steps <= set(s.steps.tolist())), None)
 
 
 # The card's nan_loss_line regex, re-run on a hit's line to find where the key is (same shape).

@@ -238,6 +238,7 @@ _STRONG = {"windows_commit_limit": "Windows commit limit (RAM + page file)",
            "cpu_allocator": "torch CPU allocator",
            "errno_enomem": "ENOMEM", "lsf_memlimit": "LSF memory limit",
            "k8s_evicted_memory": "Kubernetes eviction (node memory pressure)", "pbs_mem_killed": "PBS memory limit",
+           "htcondor_memory_hold": "HTCondor memory limit (job held)",
            "dotnet_oom": ".NET OutOfMemoryException", "jvm_oom": "Java OutOfMemoryError",
            "lua_not_enough_memory": "Lua allocator (not enough memory)",
            "ray_memory_monitor": "Ray memory monitor (node low on memory)"}
