@@ -38,7 +38,8 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         # "[valid] cross-entropy" / "ce-mean-words", AVSR "Val.Loss", fairseq-style "dev_loss".
         (r"^(cv[_\-])?(eval|val|valid|validation|test|dev)(_\d+)?('s)?[_/ .\-]?(" + _LOSS_NAMES + r"|loss|nll)$",
          EVAL_LOSS),
-        (r"^(train[_/ ]?)?(loss|train_loss|total_loss|lm_loss|ce_loss|nll|loss_step|loss_epoch)$", LOSS),
+        # "ce": cross-entropy as CNTK's BrainScript names its criterion ("ce = 2.30255688 * 16000")
+        (r"^(train[_/ ]?)?(loss|train_loss|total_loss|lm_loss|ce_loss|nll|ce|loss_step|loss_epoch)$", LOSS),
         # ... and after the training set's ("train-logloss", "training's multi_logloss", "Tr.Loss"),
         # or alone (OpenNMT "xent", LightGBM's old CLI "log loss").
         (r"^(cv[_\-])?((train|training|tr|trn)('s)?[_/ .\-]?)?(" + _LOSS_NAMES + r")$", LOSS),

@@ -62,6 +62,13 @@ def test_a_style_whose_sample_fails_is_refused() -> None:
       "avg_reader_cost": 0.47801}),
     ("lr: 0.000007, acc: 0.913462, norm_edit_dis: 0.980197, loss: 0.485809, avg_samples: 1560.0",
      {"lr": 7e-06, "acc": 0.913462, "norm_edit_dis": 0.980197, "loss": 0.485809, "avg_samples": 1560.0}),
+    # MSVC's C runtime spells a quiet NaN "1.#QNAN" (padded: CNTK#406), an indeterminate value "-1.#IND", infinity
+    # "1.#INF": not 1.0, as the plain number's "1." once read them
+    ("SamplesSeen = 500; TrainLossPerSample =  1.#QNAN000; TotalTime = 2.3504s",
+     {"SamplesSeen": 500.0, "TrainLossPerSample": math.nan, "TotalTime": 2.3504}),
+    ("loss = -1.#IND00, gnorm = 1.#INF00, lr = 1.5", {"loss": math.nan, "gnorm": math.inf, "lr": 1.5}),
+    # CNTK's "value * samples averaged", markdown-escaped as posted (CNTK#638): the value is the one before "*"
+    (r"ce = 2.30255688 \* 16000; errTop1 = 0.89431250 \* 16000;", {"ce": 2.30255688, "errTop1": 0.8943125}),
 ])
 def test_pairs_every_spelling(text: str, want: dict[str, float]) -> None:
     got = dict(pairs(text))
@@ -77,6 +84,9 @@ def test_pairs_every_spelling(text: str, want: dict[str, float]) -> None:
     ("Iteration 700, loss = 6.91", 700, None, None, None),
     ("Epoch 3/60", None, None, 3, 60),
     ("Namespace(max_steps=1000, epochs=10)", None, None, None, None),
+    # "N of M" (CNTK#3355 "Finished Epoch[1 of 90]:", CNTK#783 "Finished Epoch[ 2 of 15]:")
+    ("Finished Epoch[1 of 90]: [Training] loss = 0.682990 * 32, metric = 43.75% * 32", None, None, 1, 90),
+    ("Finished Epoch[ 2 of 15]: [Training] mse = 2507.21150000 * 6000;", None, None, 2, 15),
 ])
 def test_step_axis(text: str, step: int | None, total: int | None, epoch: int | None, epochs: int | None) -> None:
     pos = step_of(text)
@@ -272,6 +282,8 @@ def test_digits_after_a_decimal_point_are_no_hash() -> None:
     # not losses
     ("train-auc", None, "train"), ("valid_0's auc", None, "val"), ("ppl", None, ""), ("loss_scale", "loss_scale", ""),
     ("Validation perplexity", None, "val"),
+    ("ce", "loss", ""),  # CNTK BrainScript's cross-entropy criterion (CNTK#638)
+    ("force", None, ""), ("pce", None, ""),
 ])
 def test_loss_names_of_other_toolkits(tag: str, metric: str | None, split: str) -> None:
     from autopsy.metrics import canonical_metric, split_of
@@ -450,3 +462,60 @@ def test_a_mean_over_the_epoch_names_the_same_loss() -> None:
     assert canonical_metric("Mean Training loss") == "loss" and canonical_metric("average loss") == "loss"
     # not: a mean of another quantity, or of a component loss the metric names do not list
     assert canonical_metric("mean MSE") is None and canonical_metric("mean center loss") is None
+
+
+# --------------------------------------------------------------------------- metrics/batch12
+
+def test_a_number_with_a_unit_is_masked_in_a_template() -> None:
+    """CNTK#783's epoch summaries differ only in their numbers, one printed with a unit ("epochTime=24.2631s"): one
+    template, learnt from its repeats (each line once had its own, so no template was learnt and the mse not read);
+    a name with digits in it stays ("resnet50" keeps its "5")."""
+    from autopsy.parsers.metric_reader import template
+
+    a = template("Finished Epoch[ 1 of 15]: [Training] mse = 2975.58366667 * 6000; epochTime=24.2631s")
+    b = template("Finished Epoch[ 2 of 15]: [Training] mse = 2507.21150000 * 6000; epochTime=21.0733s")
+    assert a == b and "24" not in a
+    assert template("model resnet50 step 3") == "model resnet5# step #"
+
+
+def test_cntk_lines_through_the_scanner() -> None:
+    """CNTK's minibatch lines (CNTK#638) are placed within their epoch from the percent done (1875 minibatches in
+    the epoch: 1*1875 + 500, ...), its epoch summary at the epoch's end; the NaN spelled 1.#QNAN000 (CNTK#406) is a
+    NaN point; an epoch summary alone (CNTK#783) is read at its epoch."""
+    got = _series(
+        " Epoch[ 1 of 30]-Minibatch[   1- 500, 26.67%]: ce = 2.30255688 \\* 16000; errTop1 = 0.89431250 \\* 16000;"
+        " err = 0.89431250 \\* 16000; time = 1.9488s; samplesPerSecond = 8210.3\n"
+        " Epoch[ 1 of 30]-Minibatch[ 501-1000, 53.33%]: ce = 2.30221021 \\* 16000; errTop1 = 0.89225000 \\* 16000;"
+        " err = 0.89225000 \\* 16000; time = 0.6881s; samplesPerSecond = 23252.3\n"
+        "Finished Epoch[ 1 of 30]: [Training] ce = 2.30196224 * 60000; errTop1 = 0.89016667 * 60000;\n")
+    assert got["ce"] == [(2375, 2.30255688), (2875, 2.30221021), (3750, 2.30196224)]
+    got = _series(" Epoch[ 1 of 1]-Minibatch[   1- 500]: SamplesSeen = 500; TrainLossPerSample =  5.87155566;\n"
+                  " Epoch[ 1 of 1]-Minibatch[ 501-1000]: SamplesSeen = 500; TrainLossPerSample =  1.#QNAN000;\n")
+    assert got["TrainLossPerSample"][0] == (500, 5.87155566) and math.isnan(got["TrainLossPerSample"][1][1])
+    got = _series("".join(f"Finished Epoch[ {e} of 15]: [Training] mse = {v} * 6000; totalSamplesSeen = {6000 * e}; "
+                          f"learningRatePerSample = 0.00024999998; epochTime={t}s\n"
+                          for e, v, t in ((1, "2975.58366667", "24.2631"), (2, "2507.21150000", "21.0733"))))
+    assert got["mse"] == [(1, 2975.58366667), (2, 2507.2115)]
+
+
+def test_fastai_tables_and_progress_bar() -> None:
+    """fastai's results table, its early two-word header (fastai#941 "epoch train loss valid loss accuracy_thresh
+    f2_opt", one column per loss) and fastprogress's bar, whose last value is the smoothed training loss."""
+    got = _series("epoch train loss valid loss accuracy_thresh f2_opt\n0 nan nan 0.997788 0.000000\n\n"
+                  "71.39% [6930/9707 3:56:27<1:34:45 nan]\n")
+    assert math.isnan(got["train_loss"][0][1]) and math.isnan(got["valid_loss"][0][1])
+    assert got["accuracy_thresh"] == [(0, 0.997788)] and math.isnan(got["loss"][0][1])
+    got = _series("epoch     train_loss  valid_loss  error_rate  time    \n"
+                  "0         0.153826    0.034402    0.010149    00:12     \n"
+                  "1         0.061225    0.021187    0.007442    00:12     \n")
+    assert got["train_loss"] == [(0, 0.153826), (1, 0.061225)] and "time" not in got
+
+
+@pytest.mark.parametrize(("tag", "loss_like"), [
+    ("TrainLossPerSample", True), ("TrainLoss", True), ("CrossEntropy loss", True),  # CNTK, MXNet
+    ("LossScale", False), ("lossless", False), ("SamplesSeen", False),
+])
+def test_camel_case_loss_tags(tag: str, loss_like: bool) -> None:
+    from autopsy.checks.nonfinite import is_loss_like
+
+    assert is_loss_like(tag, None) is loss_like

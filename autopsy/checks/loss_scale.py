@@ -265,6 +265,12 @@ def _ev(h: Hit) -> Evidence:
 
 # ----------------------------------------------------------------------------- stopped on NaN
 
+# who stopped the run, by the loss.nonfinite pattern that saw it
+_STOPPED_BY = {"tf_nan_loss": "tensorflow NanTensorHook", "keras_terminate_nan": "keras TerminateOnNaN",
+               "jax_debug_nans": "JAX debug_nans", "nan_loss_abort": "its own NaN check",
+               "nan_guard_stopped": "its own NaN check", "cntk_nan_criterion": "CNTK's NaN check"}
+
+
 def nan_stop(ctx: CheckContext, names: Sequence[str], *, series_step: int | None = None) -> list[Finding]:
     """The framework itself stopped on a non-finite loss (TF NanTensorHook, Keras TerminateOnNaN), told by
     the card's patterns ``names``: the run ended there, so the finding is critical, whatever series were logged.
@@ -272,15 +278,13 @@ def nan_stop(ctx: CheckContext, names: Sequence[str], *, series_step: int | None
     ``series_step``: the first non-finite step of a logged loss series, the step of the stop when its
     line states none (Keras prints only the batch within the epoch), so that the recovery can tell
     the checkpoints saved after it."""
-    hits = sorted((h for n in names for h in ctx.hits.get(n, ())), key=lambda h: (h.path, h.lineno))
-    if not hits:
+    named = sorted(((h, n) for n in names for h in ctx.hits.get(n, ())), key=lambda hn: (hn[0].path, hn[0].lineno))
+    if not named:
         return []
+    hits = [h for h, _ in named]
     lead = hits[0]
     jax_op = lead.groups.get("jax_op")
-    facts: dict[str, object] = {"stopped_by": "keras TerminateOnNaN" if "Invalid loss" in lead.text
-                                else "JAX debug_nans" if jax_op
-                                else "its own NaN check" if "aborting training" in lead.text.lower()
-                                else "tensorflow NanTensorHook",
+    facts: dict[str, object] = {"stopped_by": _STOPPED_BY.get(named[0][1], "its own NaN check"),
                                 "line": lead.text.strip()[:300]}
     for g in ("batch", "step"):
         value = lead.groups.get(g)

@@ -40,6 +40,7 @@ SCALER_PATTERNS = ScalerPatterns(
 
 # A tag naming a loss: "loss" or "nll" as a word of it (not "loss_scale", "lossless", "closs_rate").
 _LOSS_WORD = re.compile(r"(?:^|[^a-z])(?:loss|losses|nll|xent)(?:$|[^a-z])")  # xent: OpenNMT, Marian, Neural Monkey
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _NOT_LOSS = re.compile(r"scale|scaler|weight|coef|ratio|factor|count|num_|_num|skipped")
 
 
@@ -49,7 +50,7 @@ def is_loss_like(tag: str, metric: object) -> bool:
         return True
     if isinstance(metric, str) and metric:
         return False  # canonical and not a loss (loss_scale, lr, grad_norm...)
-    t = tag.lower()
+    t = _CAMEL.sub("_", tag).lower()  # CamelCase words are words (CNTK "TrainLossPerSample", MXNet "TrainLoss")
     return bool(_LOSS_WORD.search(t)) and not _NOT_LOSS.search(t)
 
 
@@ -110,7 +111,8 @@ def nonfinite(ctx: CheckContext) -> Iterable[Finding]:
     elif loss is not None:  # a copy of the training loss in another source repeats the same values
         others = [s for s in others if s.metric != LOSS or s.source == loss.source]
     # the framework (or the job itself) stopped on a NaN loss
-    stop_names = ("tf_nan_loss", "keras_terminate_nan", "jax_debug_nans", "nan_loss_abort")
+    stop_names = ("tf_nan_loss", "keras_terminate_nan", "jax_debug_nans", "nan_loss_abort", "nan_guard_stopped",
+                  "cntk_nan_criterion")
     if loss is None and gnorm is None and not others:
         stopped = nan_stop(ctx, stop_names)
         lines = nan_lines(ctx) if not stopped else []

@@ -23,6 +23,12 @@ things, and each has a test whose evidence does not depend on the series being l
   ``-ln(DBL_MIN)`` = 708.396): a softmax cross-entropy whose probability of the true class
   underflowed to the floating-point minimum, Caffe's and many hand-written losses' clamp. The
   network's outputs saturated; the run diverged without producing a NaN.
+* **chance by accuracy**: the last ``chance_min_points`` or more points of a loss-like series sit within
+  ``chance_short_tolerance`` of ln(k), k the integer nearest exp of their median, without improving, while an
+  accuracy (or 1 - an error rate) logged beside them in the same file, of the loss's split first, is within
+  ``chance_accuracy_tolerance`` of 1/k: the two measurements agree on a uniform guess over k classes when no class
+  count is configured (CNTK's ``ce = 2.30255688`` = ln 10 beside ``errTop1 = 0.894``). Tried last: a series the
+  tests above report is reported as they say.
 * **never improved**: a training loss too short for the trend test, or an evaluation loss
   of any length, with at least ``short_min_points`` points logged from the start of the run,
   whose best later point improves on the first by less than ``short_min_improvement`` of it
@@ -43,7 +49,7 @@ import numpy as np
 
 from autopsy.checks.series import Series, as_bool, config_entry, load_series, rounded
 from autopsy.engine.types import CheckContext
-from autopsy.metrics import EVAL_LOSS, GRAD_NORM, LOSS, LR
+from autopsy.metrics import EVAL_LOSS, GRAD_NORM, LOSS, LR, split_of
 from autopsy.model import Confidence, Finding
 
 # A running best/minimum repeats while nothing improves: not a measurement of this step. A distillation
@@ -58,11 +64,13 @@ PRETRAINED_KEYS = ("pretrained", "pretrained_model_name_or_path", "model_name_or
 
 
 def short_plateau(ctx: CheckContext, *, train_too_short: bool) -> list[Finding]:
-    """The frozen, saturated and never-improved modes, in that order; the first that holds is reported.
+    """The frozen, saturated, never-improved and chance-by-accuracy modes, in that order; the first that holds is
+    reported.
 
     ``train_too_short``: the training loss had fewer points than the trend test needs, so the
     never-improved test judges it too (otherwise only the evaluation loss)."""
     from autopsy.checks.nonfinite import loss_like_series
+    from autopsy.checks.plateau_chance import chance_by_accuracy
 
     run = ctx.run
     loss, evl = load_series(run, LOSS), load_series(run, EVAL_LOSS)
@@ -86,6 +94,10 @@ def short_plateau(ctx: CheckContext, *, train_too_short: bool) -> list[Finding]:
     judged = [s for s in (loss if train_too_short else None, evl) if s is not None]
     for s in judged:
         f = _never_improved(ctx, s.finite())
+        if f is not None:
+            return [f]
+    for s in series:
+        f = chance_by_accuracy(ctx, s)
         if f is not None:
             return [f]
     return []
@@ -145,6 +157,8 @@ def _frozen_run(ctx: CheckContext, s: Series, places: int | None = None) -> int 
         # A loss printed as 0 after falling to it is a converged loss rounded by the printing (HF rounds to
         # 4 decimals); only a loss that is 0 from its first logged point computes nothing.
         return i if i == 0 and not _term_of_moving_total(ctx, s) and not _gradients_flow(ctx, s) else None
+    if i == 0 and s.metric != EVAL_LOSS and split_of(s.tag) in ("", "train") and _term_of_moving_total(ctx, s):
+        return None  # a training term constant by design beside the moving total (a fixed-std policy's entropy)
     digits = significant_digits(last)
     if places is not None and abs(last) > 0:
         digits = max(digits, places + math.floor(math.log10(abs(last))) + 1)
@@ -156,12 +170,14 @@ def _frozen_run(ctx: CheckContext, s: Series, places: int | None = None) -> int 
 
 
 def _term_of_moving_total(ctx: CheckContext, s: Series) -> bool:
-    """Is ``s`` a component printed as 0 from its first point beside the file's total loss, which moves at those
-    steps? Then the model trains on the other terms and this one contributes nothing there: switched off by the
-    configuration (PaddleOCR DB's ``loss_cbn: 0.000000`` beside ``loss: 1.25 -> 1.15``, PaddleOCR#13937; YOLOX's
-    ``l1_loss: 0.0`` until its last no-augmentation epochs beside ``total_loss``, YOLOX#308) or without a positive
-    sample yet. The total is what is judged. A zero component with no total printed beside it (ultralytics'
-    ``box_loss`` with no box target matched) is still reported."""
+    """Is ``s`` a component constant from its first point (the caller checks that) beside the file's total loss,
+    which moves at those steps? Then the model trains on the other terms and this one contributes nothing there
+    or is constant by construction: switched off by the configuration (PaddleOCR DB's ``loss_cbn: 0.000000`` beside
+    ``loss: 1.25 -> 1.15``, PaddleOCR#13937; YOLOX's ``l1_loss: 0.0`` until its last no-augmentation epochs beside
+    ``total_loss``, YOLOX#308), without a positive sample yet, or the entropy of a Gaussian policy whose standard
+    deviation is not learnt (a PPO ``progress.csv``'s ``entropy_loss`` -1.4189385 = -(1 + ln 2 pi)/2 on every row
+    beside a moving ``total_loss``). The total is what is judged. A constant component with no total printed beside
+    it (ultralytics' ``box_loss`` with no box target matched) is still reported."""
     if s.metric == LOSS:
         return False
     total = load_series(ctx.run, LOSS)

@@ -50,7 +50,7 @@ TABLE_PATIENCE = 400  # lines without a row before a table style stops reading e
 _METRIC_WORD = re.compile(
     r"(?i)loss|acc|ppl|perplex|bleu|(?<![a-z])f1|auc|(?<![a-z])map|iou|error|score|reward|return|(?<![a-z])lr(?![a-z])"
     r"|learning.rate|norm|precision|recall|(?<![a-z])[wc]er(?![a-z])|rouge|(?<![a-z])kl(?![a-z])|entropy|nll|mse|mae"
-    r"|dice|top-?[15]|psnr|ssim|(?<![a-z])fid(?![a-z])|bpb|bpc|xent"
+    r"|dice|top-?[15]|psnr|ssim|(?<![a-z])fid(?![a-z])|bpb|bpc|xent|(?<![a-z])ce(?![a-z])"
 )
 # A loss named with a timing word ("target/runtime_xent", Neural Monkey's loss on the runtime decoder): a loss.
 _LOSS_NAME = re.compile(r"(?i)loss|xent|nll|entropy")
@@ -66,7 +66,9 @@ _CONFIG_KEY = re.compile(r"(?i)(?<![\w/])(?:max_|min_|num_|n_)(?!(?:updates|iter
                          # a header, whose "batch 8192" is the batch size, not a position
                          r"|(?<![\w/])(?:max_(?:steps|iters?|epochs?)|num_(?:train_)?(?:steps|epochs)|total_steps)"
                          r"\s+\d")
-_NUMBERS = re.compile(r"(?<![A-Za-z_])" + _BARE + r"(?![A-Za-z_])")
+# A number with a time or percent unit glued to it is a number too ("epochTime=24.2631s", "time = 1.9488s",
+# CNTK): left unmasked, every line of such a file had its own template and none was learnt.
+_NUMBERS = re.compile(r"(?<![A-Za-z_])" + _BARE + r"(?:ms|us|µs|min|s|%)?(?![A-Za-z_])")
 # nouns naming a thing, not a measurement of it: "loss scaler 0" is the scaler's index, "VALID SET 0" the set's
 _OBJECTS = frozenset({"scaler", "scheduler", "optimizer", "id", "idx", "index", "group", "rank", "fn", "function",
                       "set"})
@@ -297,7 +299,7 @@ class MetricReader:
             if style.kind == "block":
                 self.block = (style, _split_name(m.groupdict().get("split") or style.split))
             else:
-                self.table, self.table_idle = (style, m.group("columns").split()), 0
+                self.table, self.table_idle = (style, _header_columns(m.group("columns"))), 0
             return None
         assert style.match is not None
         m = style.match.search(text)
@@ -314,11 +316,16 @@ class MetricReader:
         epoch = int(g["epoch"]) if "epoch" in g else (self.epoch if style.axis == "epoch" else None)
         step_total = int(g["step_total"]) if "step_total" in g else None
         step = int(g["step"]) if "step" in g and style.axis != "epoch" else None
+        if step is not None and step_total is None and float(g.get("epoch_pct") or 0) > 0:
+            step_total = round(step * 100 / float(g["epoch_pct"]))  # CNTK "Minibatch[1001-1500, 80.00%]": 1875
         if step is not None:
             step, step_total = self._place(epoch, int(g["epoch_total"]) if "epoch_total" in g else self.epoch_total,
                                       step, step_total)
         elif style.axis != "order":
             step = epoch
+            if epoch is not None and self.per_epoch and self.batch is not None and self.batch[0] == epoch:
+                step = epoch * self.batch[2] + self.batch[2]  # an epoch's summary after its batches: at its end
+
         values = ([(k, v) for k, v in pairs(body) if not is_step_key(k) and not is_setting_key(k)]
                   if style.reads_pairs else [])
         for group in style.value_groups:  # values printed before their names, or glued to the next word
@@ -384,8 +391,8 @@ class MetricReader:
                 self.table = None
             return None
         self.table_idle = 0
-        epoch_total = int(m.group("epoch_total"))
-        self.epoch_total = max(self.epoch_total or 0, epoch_total)
+        if m.groupdict().get("epoch_total"):  # ultralytics "1/100"; fastai prints the epoch alone
+            self.epoch_total = max(self.epoch_total or 0, int(m.group("epoch_total")))
         values = []
         for col, cell in zip(columns, m.group("cells").split(), strict=False):
             v = to_float(cell)
@@ -420,6 +427,16 @@ class MetricReader:
             self.last_epoch = pos.epoch
         return Reading(_tagged(found, split), step, split, "template" if learnt is not None else "generic",
                        step_total, self.epoch_total, pos.epoch)
+
+
+# A table header naming a split's loss in two words (early fastai 1.0: "epoch train loss valid loss accuracy_thresh
+# f2_opt"): one column, as the row has one cell for it.
+_TWO_WORD_COLUMN = re.compile(r"(?i)\b(train|training|trn|valid|validation|val|test)\s+(loss)\b")
+
+
+def _header_columns(header: str) -> list[str]:
+    """A table header's column names."""
+    return _TWO_WORD_COLUMN.sub(r"\1_\2", header).split()
 
 
 _SPLITS = {"train": "train", "training": "train", "val": "val", "valid": "val", "validation": "val",

@@ -10,7 +10,8 @@ The building blocks of the open-world metric reader (:mod:`metric_reader`):
   of up to three words (Megatron ``lm loss: 2.3E+00``, nanoGPT ``train loss 4.2``).
   Timestamps, dates, versions, paths and hex ids are masked first: their digits are no values.
 * :func:`step_of` finds the step axis on the line (``step``, ``iter``, ``iteration``,
-  ``global_step``, ``batch``, ``epoch``, ``N/M`` beside one of them, ``Epoch [3/10]``).
+  ``global_step``, ``batch``, ``epoch``, ``N/M`` or ``N of M`` beside one of them, ``Epoch [3/10]``,
+  CNTK's ``Epoch[ 2 of 15]``).
 * :func:`split_word` finds a split stated by the line rather than its keys
   (``Epoch(val)``, ``Validation:``, ``Test set:``, ``***** eval metrics *****``).
 """
@@ -28,7 +29,11 @@ from functools import lru_cache
 # writes every value with '{:x<6f}', which pads "nan" to "nanxxx" and "-inf" to "-infxx" (a finite
 # value is wider than 6 and gets no fill).
 _PAD = r"(?:x{1,3})?"
-_BARE = (r"[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?"
+# Microsoft's C runtime (MSVC before VS 2015) prints a quiet NaN as "1.#QNAN" (padded to the width: "1.#QNAN000",
+# CNTK's "TrainLossPerSample =  1.#QNAN000;", CNTK#406), a signalling one as "1.#SNAN", an indeterminate result
+# as "-1.#IND" and infinity as "1.#INF": tried before the plain number, which would read "1." of it as 1.0.
+_MSVC = r"\d\.#(?:QNAN|SNAN|IND|INF)\d*"
+_BARE = (r"[-+]?(?:" + _MSVC + r"|\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?"
          r"|(?:[Nn]a[Nn]|NAN|[Ii]nf(?:inity)?|INF)" + _PAD + ")")
 NUM = (r"(?:tensor\(\s*|np\.float\d*\(\s*|array\(\s*)?['\"]?(?P<v>" + _BARE + r")['\"]?"
        r"(?:\s*,\s*(?:device|dtype|grad_fn|requires_grad)=[^)]*)?\)?")
@@ -74,7 +79,7 @@ _EPOCH_WORDS = frozenset({"epoch", "ep"})
 # blanks, ":" and "[" each once, possessive (issue 14: "\s*[:=#]?\s*\[?\s*" was cubic on blanks)
 _POSITION = re.compile(
     r"(?i)(?<![\w/])(?P<w>global[_ ]step|step|iter(?:ation)?|it|batch|epoch|ep|update)\b\s*+(?:[:=#]\s*+)?"
-    r"(?:\[\s*+)?(?P<n>\d{1,12})\s*(?:/\s*(?P<t>\d{1,12})\s*)?\]?(?![\d.])"
+    r"(?:\[\s*+)?(?P<n>\d{1,12})\s*(?:(?:/|of\s)\s*(?P<t>\d{1,12})\s*)?\]?(?![\d.])"
 )
 
 
@@ -96,8 +101,13 @@ class Position:
 
 
 def to_float(raw: str) -> float | None:
-    """The value of a matched number; ``-nan`` is nan, ``nanxxx`` (a format's fill) is nan, ``4,361`` is 4361."""
+    """The value of a matched number; ``-nan`` is nan, ``nanxxx`` (a format's fill) is nan, ``4,361`` is 4361,
+    MSVC's ``1.#QNAN000`` / ``-1.#IND`` are nan and ``1.#INF`` is inf."""
     s = raw.replace(",", "")
+    if "#" in s:  # MSVC's "1.#QNAN000", "-1.#IND", "1.#INF00"
+        if "INF" in s:
+            return -math.inf if s.startswith("-") else math.inf
+        return math.nan
     if s[-1:] == "x":  # a fill after a non-finite word ("nanxxx"); a finite number never matches with one
         s = s.rstrip("x")
     low = s.lower().lstrip("+-")
