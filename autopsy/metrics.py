@@ -60,6 +60,10 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
 )
 _PREFIX = re.compile(r"^(train|training|trainer|metrics|charts|scalars)[/.]")
 _AGGREGATE = re.compile(r"^(mean|avg|average|averaged)[ _](?=\w)")
+# ... also after the split it was measured on: "val_average loss" (a split-stated line's "average loss",
+# torchaudio's {"name": "validation", "average loss": ...}), "validation mean loss"
+_SPLIT_AGGREGATE = re.compile(r"^((?:eval|val|valid|validation|test|train|training)[_/ ])(?:mean|avg|average|averaged)"
+                              r"[ _](?=\w)")
 
 
 @lru_cache(maxsize=4096)
@@ -70,7 +74,7 @@ def canonical_metric(tag: str) -> str | None:
         return None
     stripped = _PREFIX.sub("", t)
     # an aggregate over the epoch's batches names the same metric ("Mean Training loss", "average loss")
-    mean = _AGGREGATE.sub("", stripped)
+    mean = _SPLIT_AGGREGATE.sub(r"\1", _AGGREGATE.sub("", stripped))
     for candidate in (t, stripped, stripped.replace("/", "_"), mean):
         for pattern, name in _RULES:
             if pattern.match(candidate):

@@ -102,3 +102,44 @@ def test_a_config_dict_in_wandb_debug_log_is_not_a_series() -> None:
     df = _scalars("wandb_clean")
     debug = df[df["path"].astype(str).str.endswith("debug.log")]
     assert debug.empty, sorted(set(debug["tag"]))
+
+
+# Each generated run's checkpoints, identified as the layout their framework writes (the layout tests in
+# test_checkpoint_layouts.py use hand-built files; these are what the frameworks really wrote):
+# run, checkpoint path, layout, step (None: the layout records none), valid
+CHECKPOINTS: list[tuple[str, str, str, int | None, bool]] = [
+    ("lightning_clean", "checkpoints/epoch=3-step=40.ckpt", "lightning", 40, True),
+    ("lightning_clean", "checkpoints/epoch=4-step=50.ckpt", "lightning", 50, True),
+    ("lightning_clean", "checkpoints/last.ckpt", "lightning", 50, True),  # global_step from the pickle's opcodes
+    ("lightning_nan", "checkpoints/last.ckpt", "lightning", 20, True),
+    ("keras_clean", "checkpoints/model_05.keras", "keras", 5, True),
+    ("keras_clean", "checkpoints/best.weights.h5", "keras", None, True),
+    ("keras_nan", "checkpoints/model_01.keras", "keras", 1, True),
+    ("accelerate_clean", "checkpoints/checkpoint_0", "accelerate", None, True),  # save order, not a step
+    ("accelerate_clean", "checkpoints/checkpoint_2", "accelerate", None, True),
+    ("accelerate_killed_mid_save", "checkpoints/checkpoint_0", "accelerate", None, True),
+    ("accelerate_killed_mid_save", "checkpoints/checkpoint_1", "accelerate", None, False),  # no random_states_0.pkl
+    ("nanogpt_clean", "out/ckpt.pt", "nanogpt", 100, True),  # iter_num from the pickle's opcodes
+    # cut mid-write: no central directory, so nothing inside can be read to tell its layout
+    ("nanogpt_killed_mid_save", "out/ckpt.pt", "loose", None, False),
+]
+
+
+@pytest.mark.parametrize("run,path,layout,step,valid", CHECKPOINTS, ids=[f"{c[0]}:{c[1]}" for c in CHECKPOINTS])
+def test_framework_checkpoints_are_judged_by_their_own_layout(run: str, path: str, layout: str, step: int | None,
+                                                              valid: bool) -> None:
+    from autopsy.run import load_run
+
+    cps = {c.path: c for c in load_run(RUNS / run).checkpoint_list}
+    cp = cps.get(path)
+    assert cp is not None, f"{run}: {path} not found among {sorted(cps)}"
+    assert (cp.layout, cp.step, cp.valid) == (layout, step, valid), (cp.missing, cp.problems)
+
+
+@pytest.mark.parametrize("run", ["lightning_clean", "keras_clean", "accelerate_clean", "nanogpt_clean"])
+def test_no_checkpoint_of_a_clean_framework_run_is_unknown_or_invalid(run: str) -> None:
+    from autopsy.run import load_run
+
+    cps = load_run(RUNS / run).checkpoint_list
+    assert cps and all(c.valid and c.layout not in ("unknown", "loose", "hf") for c in cps), \
+        [(c.path, c.layout, c.valid) for c in cps]

@@ -259,3 +259,32 @@ def test_wandb_metadata_args_are_launch_flags(tmp_path: Path) -> None:
     lr = run.config_value("learning_rate")
     assert lr is not None and lr.value == 3e-4 and lr.source == "launch_flag" and lr.line == 3
     assert run.config_value("max_steps").value == 500
+
+
+# timm's train.py summary.csv (utils/summary.py update_summary: epoch, train_*, eval_*, lr), the five rows of a
+# real resnet18 run as a public repository quotes them
+TIMM_SUMMARY = """epoch,train_loss,eval_loss,eval_top1,eval_top5,lr
+0,1.5266704335171952,0.633612437915802,78.36,99.28,0.05
+1,1.2209299079373352,0.5740737833976746,81.39,99.24,0.04522542485937369
+2,1.1507881676029956,0.5225296738147736,82.71,99.42,0.032725424859373686
+3,1.1035562335935414,0.48526961998939516,84.76,99.52,0.017274575140626316
+4,1.068778628976936,0.45469011054039,86.0,99.54,0.004774575140626317
+"""
+
+
+@pytest.mark.parametrize(("name", "text", "source"), [
+    ("summary.csv", TIMM_SUMMARY, "csv"),
+    ("summary.tsv", TIMM_SUMMARY.replace(",", "\t"), "csv"),  # the same table tab-separated: the TSV reader
+])
+def test_timm_summary_csv(tmp_path: Path, name: str, text: str, source: str) -> None:
+    (tmp_path / name).write_text(text)
+    assert _kinds(tmp_path)[name][:2] == ("metrics", name.rsplit(".", 1)[1])
+    rows = _rows(tmp_path, name)
+    # epochs numbered from 0 are read as epochs done (1..5); eval_ columns are the eval split
+    assert ("train_loss", 1, 1.5266704335171952, "train", "loss") in rows
+    assert ("eval_loss", 5, 0.45469011054039, "eval", "eval_loss") in rows
+    assert ("eval_top1", 3, 82.71, "eval", None) in rows
+    assert ("lr", 2, 0.04522542485937369, "", "lr") in rows
+    assert len([r for r in rows if r[0] == "eval_loss"]) == 5
+    df = load_run(tmp_path).scalars
+    assert set(df["source"].astype(str)) == {source}

@@ -519,3 +519,81 @@ def test_camel_case_loss_tags(tag: str, loss_like: bool) -> None:
     from autopsy.checks.nonfinite import is_loss_like
 
     assert is_loss_like(tag, None) is loss_like
+
+
+# mmaction2's TextLoggerHook JSON log line (quoted in a public repository's plotting script) and the
+# official mmdetection ssd300_coco log.json's validation line; torchaudio's wav2letter MetricLogger
+# (fixtures/corpus/torchaudio_632_wav2letter_validation_json); a kubeflow operator event's object name.
+MMCV_TRAIN = ('{"mode": "train", "epoch": 1, "iter": 20, "lr": 0.05, "memory": 5082, "data_time": 0.48623, '
+              '"top1_acc": 0.0, "top5_acc": 0.0, "loss_cls": 5.7752, "loss": 5.7752, "grad_norm": 2.36381, '
+              '"time": 0.84397}')
+MMDET_VAL = ('{"mode": "val", "epoch": 24, "iter": 9162, "lr": 2e-05, "bbox_mAP": 0.256, "bbox_mAP_50": 0.438, '
+             '"bbox_mAP_75": 0.263, "bbox_mAP_s": 0.068, "bbox_mAP_m": 0.278, "bbox_mAP_l": 0.422, '
+             '"bbox_mAP_copypaste": "0.256 0.438 0.263 0.068 0.278 0.422"}')
+TORCHAUDIO_VAL = FIXTURES / "corpus" / "torchaudio_632_wav2letter_validation_json" / "train.log"
+
+
+def test_a_dict_field_naming_its_split() -> None:
+    from autopsy.parsers.metric_values import dict_split
+
+    assert dict_split(MMDET_VAL) == "val" and dict_split(MMCV_TRAIN) == "train"
+    assert split_word(MMDET_VAL) == "val"
+    assert dict_split(TORCHAUDIO_VAL.read_text().splitlines()[0]) == "val"  # {"name": "validation", ...}
+    # a name that is no split word, and a split word that is a value of another key, state none
+    assert dict_split('Pod: default.kfto-01-master-0 exited with code 1\t{"type": "Normal", "object": '
+                      '{"kind":"PyTorchJob","namespace":"default","name":"kfto-01"}}') == ""
+    assert dict_split('{"dataset": "val", "loss": 0.5}') == ""
+
+
+def test_a_dicts_split_field_sets_the_split_in_a_text_log(tmp_path: Path) -> None:
+    # mmcv's JSON lines printed to a text log among other lines: the val record's metrics are the val split,
+    # the train record's loss stays the training loss
+    (tmp_path / "train.log").write_text("2021-03-01 10:00:00,000 - mmdet - INFO - workflow: [('train', 1)]\n"
+                                        f"{MMCV_TRAIN}\n{MMDET_VAL}\n")
+    df = load_run(tmp_path).scalars
+    by_tag = {t: (set(g["split"]), set(g["metric"].dropna())) for t, g in df.groupby(df["tag"].astype(str))}
+    assert by_tag["val_bbox_mAP"][0] == {"val"} and "bbox_mAP" not in by_tag
+    assert by_tag["loss"][1] == {"loss"} and by_tag["loss"][0] <= {"", "train"} and "val_loss" not in by_tag
+    # the position and the LR the val record repeats are no measurement on the val data
+    assert by_tag["lr"][1] == {"lr"} and "val_lr" not in by_tag and "val_epoch" not in by_tag
+
+
+def test_a_validation_records_average_loss_is_the_eval_loss(tmp_path: Path) -> None:
+    # torchaudio's validation records, as a JSON-lines file and as lines of a text log: "average loss" is the
+    # validation loss (split val, metric eval_loss), never the training loss
+    lines = TORCHAUDIO_VAL.read_text()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "train.log").write_text(lines)
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "train.log").write_text("Namespace(arch='wav2letter', batch_size=128, epochs=30)\n" + lines)
+    for sub, source in (("a", "jsonl"), ("b", "log")):
+        df = load_run(tmp_path / sub).scalars
+        loss = df[df["tag"].astype(str).str.endswith("average loss")]
+        assert set(df["source"].astype(str)) == {source}
+        assert len(loss) == 2 and set(loss["split"]) == {"val"} and set(loss["metric"]) == {"eval_loss"}, sub
+        assert not (df["metric"] == "loss").any(), sub
+
+
+@pytest.mark.parametrize(("tag", "metric"), [
+    ("val_average loss", "eval_loss"), ("validation mean loss", "eval_loss"), ("average loss", "loss"),
+    ("val_average_accuracy", None), ("val_averageloss", None),
+])
+def test_an_aggregate_word_after_the_split(tag: str, metric: str | None) -> None:
+    from autopsy.metrics import canonical_metric
+
+    assert canonical_metric(tag) == metric
+
+
+# TCompoundE#3: tqdm(unit="ex") with a postfix, the script's own print glued after the bar.
+TCOMPOUNDE = ("train loss:  82%|████████▏ | 606000/737924 [00:25<00:05, 24700.60ex/s, cont=nan, loss=nan, reg=nan]\n"
+              "train loss:  83%|████████▎ | 612000/737924 [00:25<00:05, 24246.24ex/s, cont=nan, loss=nan, reg=nan]"
+              "loss=nan,reg=nan,cont=nan\n\n")
+
+
+def test_a_bar_counted_in_its_own_unit_is_read_from_its_postfix() -> None:
+    s = _series(TCOMPOUNDE)
+    assert [st for st, _ in s["loss"]] == [606000, 612000] and all(math.isnan(v) for _, v in s["loss"])
+    assert set(s) == {"loss", "cont", "reg"}  # not the bar's percentage as a "train loss" of 82, 83
+    # a datasets map bar in examples/s (deepseek_lsf_stderr_interleaved_syntaxerror) is no training bar
+    assert _series("Map:   0%|          | 1/232 [00:00<00:29,  7.93 examples/s]\n"
+                   "Map: 100%|██████████| 232/232 [00:00<00:00, 823.40 examples/s]\n") == {}

@@ -11,6 +11,7 @@ path (:mod:`log_fast`). Where a position is (line, step, time): :class:`BlockCon
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import deque
 
@@ -28,6 +29,7 @@ from autopsy.parsers.log_series import (
     EpochStepGuard,
     SeriesStore,
     bar_only,
+    custom_unit_bar,
     dict_template,
     parse_dict_record,
     parse_step_line,
@@ -325,6 +327,13 @@ class LogScanner(BlockContext):
                     if stripped is not text:  # a training bar's postfix: its metrics, at its global step
                         self._advance_bars(e)
                         reader_text = None if bar_only(text) else stripped
+                elif "/s" in text and (cbar := custom_unit_bar(text)) is not None:
+                    self._advance_bars(e)  # (an it/s bar before it, then this one's step and postfix)
+                    if self.base + s > self.step_pos:
+                        self.cur_step = cbar.step
+                        self.step_pos = self.base + s
+                    self._rate_points(dataclasses.replace(cbar, rate=None, unit=None), s, e, rank)
+                    reader_text = None if bar_only(text) else without_bar_postfix(text)
                 # a Keras bar redrawn right after: same epoch step, its running means superseded
                 if reader_text is not None and not (lt.keras_redrawn(self.buf, e) and lt.KERAS_BAR.match(text)):
                     log_metrics.read_segment(self, reader_text, lineno, rank, e)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from autopsy.parsers.log_store import _NO_STEP, MAX_SERIES_POINTS, MAX_STEP, SeriesStore, point
-from autopsy.parsers.metric_values import SOURCE_FILE, settings_dict_head
+from autopsy.parsers.metric_values import SOURCE_FILE, dict_split, settings_dict_head, with_split
 
 __all__ = ["MAX_SERIES_POINTS", "MAX_STEP", "_NO_STEP", "SeriesStore", "point"]  # re-exported: they lived here
 
@@ -82,6 +82,9 @@ def parse_dict_record(text: str) -> tuple[list[str], list[float], int | None] | 
         values.append(v)
     if not metric:
         return None
+    split = dict_split(text, brace)
+    if split in ("val", "eval", "test"):  # a held-out record's "loss" is no training loss: val_loss
+        keys = [with_split(k, split) for k in keys]
     return keys, values, step
 
 
@@ -287,8 +290,10 @@ class EpochStepGuard:
 _BAR = re.compile(
     r"(?:(?:(?<![:\s])|(?<![^|:\s\]])(?P<desc>[^|]{0,127}?[^|:\s]))[:\s]*+(?P<pct>\d{1,3})%\|[^|]*+\|\s*)?"
     r"(?<!\d)(?P<n>\d++)(?:/(?P<total>\d++))?(?:it)?\s*\[[^\],]*+"
-    r"(?:,\s*(?P<rate>\d+(?:\.\d+)?|\?)\s*(?P<unit>it/s|s/it))?(?P<post>[^\]]*+)\]"
+    r"(?:,\s*(?P<rate>\d+(?:\.\d+)?|\?)\s*(?P<unit>it/s|s/it|" + r"[A-Za-z]{1,12}/s))?(?P<post>[^\]]*+)\]"
 )
+# tqdm's rate in the unit the bar was given (tqdm(unit="ex"): "24700.60ex/s"; "tok/s", "samples/s"), not it/s
+_CUSTOM_UNIT = re.compile(r"\d(?:\s?)[A-Za-z]{1,12}/s[,\]]")
 _POSTFIX_KV = re.compile(r"([A-Za-z_][\w/.\-]*)=(" + _NUM_BAR + r")(?![\w.])")
 # Lightning's bar description ("Epoch 3: 45%|...") counts epochs from 0; "Epoch 1/10" does not.
 _EPOCH = re.compile(r"\bEpoch\s+(\d+)\b(?!\s*/)")
@@ -305,7 +310,7 @@ class Bar:
     n: int
     total: int | None
     rate: float | None
-    unit: str | None  # "it/s" or "s/it"
+    unit: str | None  # "it/s" or "s/it", or the unit the bar was given ("ex/s", "tok/s")
     epoch: int | None
     training: bool  # False for loading/eval/preprocessing bars
     postfix: tuple[tuple[str, float], ...]
@@ -361,6 +366,20 @@ def _bar_of(text: str) -> tuple[Bar | None, tuple[int, int] | None, bool]:
 def parse_bar(text: str) -> Bar | None:
     """The last progress bar drawn in ``text`` (a segment), or None."""
     return _bar_of(text)[0]
+
+
+def custom_unit_bar(text: str) -> Bar | None:
+    """A training bar counted in a unit of its own (``tqdm(unit="ex")``: ``606000/737924 [00:25<00:05,
+    24700.60ex/s, cont=nan, loss=nan]``) whose postfix holds metrics at a known step, else None.
+
+    The scanner finds it/s bars from their rate; these it reads from the segment, postfix only: the
+    rate counts examples or tokens, not steps, and is no throughput to compare across runs."""
+    if "/s" not in text or _CUSTOM_UNIT.search(text) is None:
+        return None
+    bar, span, _ = _bar_of(text)
+    if bar is None or span is None or bar.unit in (None, "it/s", "s/it") or not bar.postfix:
+        return None
+    return bar
 
 
 def without_bar_postfix(text: str) -> str:

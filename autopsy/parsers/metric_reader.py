@@ -39,6 +39,7 @@ from autopsy.parsers.metric_values import (
     split_word,
     step_of,
     to_float,
+    with_split,
 )
 
 LEARN_LINES = 4000
@@ -463,4 +464,4 @@ def _tagged(values: list[tuple[str, float]], split: str) -> tuple[tuple[str, flo
     """Tags carry a split the line states when the key does not (``Validation: loss`` -> ``val_loss``)."""
     if not split or split == "train":
         return tuple(values)
-    return tuple((k if split_of(k) else f"{split}_{k}", v) for k, v in values)
+    return tuple((with_split(k, split), v) for k, v in values)

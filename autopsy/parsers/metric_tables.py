@@ -34,7 +34,9 @@ from autopsy.parsers.types import MetricRows, Parsed
 MAX_FIELD_CHARS = 1 << 20  # a pathological CSV cell; the csv module's default is 128 KiB
 _STEP_KEYS = ("global_step", "step", "_step", "iteration", "iter", "it", "steps", "batch", "epoch")
 _WALL_KEYS = ("_timestamp", "timestamp", "wall_time", "walltime", "time", "created_at")
-_SPLIT_KEYS = ("split", "mode", "phase", "stage")  # mmcv json logs: {"mode": "val", ...}
+# mmcv json logs: {"mode": "val", ...}; torchaudio's MetricLogger: {"name": "validation", ...} (a "name" that is
+# no split word, {"name": "resnet50"}, states none)
+_SPLIT_KEYS = ("split", "mode", "phase", "stage", "name")
 # A column whose name says it is a metric (so a dataset CSV is not read as a run's series).
 _METRIC_WORDS = re.compile(
     r"(?i)(loss|acc|lr\b|lr[_/\-]|learning.?rate|perplex|ppl|map\d*|f1|auc|bleu|rouge|top\d|prec|recall|iou|"
@@ -320,8 +322,9 @@ def add_record(obj: dict[str, Any], rows: MetricRows, ordinal: int | None) -> No
     wall_key = next((lower[k] for k in _WALL_KEYS
                      if k in lower and not math.isnan(wall_seconds(to_float(flat[lower[k]])))), None)
     wall = wall_seconds(to_float(flat[wall_key])) if wall_key is not None else math.nan
-    split_key = next((lower[k] for k in _SPLIT_KEYS if k in lower and isinstance(flat[lower[k]], str)), None)
-    row_split = _SPLIT_NAMES.get(str(flat[split_key]).strip().lower(), "") if split_key is not None else ""
+    split_key = next((lower[k] for k in _SPLIT_KEYS if k in lower and isinstance(flat[lower[k]], str)
+                      and flat[lower[k]].strip().lower() in _SPLIT_NAMES), None)
+    row_split = _SPLIT_NAMES[str(flat[split_key]).strip().lower()] if split_key is not None else ""
     splits = column_splits(flat)
     for key, raw in flat.items():
         if key in (step_key, wall_key, split_key) or key.startswith("_"):

@@ -58,6 +58,8 @@ _MASKS = re.compile(
     r"|" + _FILE + r"|\b(?:INFO|DEBUG|WARNING|WARN|ERROR|CRITICAL|TRACE|NOTICE)\b"  # log levels glued to a key
     # addresses, hashes; not the digits after a decimal point ("loss:2.4166030883789062" is a float)
     r"|\b0x[0-9a-fA-F]+|(?<!\.)\b[0-9a-f]{12,}\b"
+    # a progress bar's percentage before its bar ("train loss:  82%|████▏ |": tqdm), not the value of its description
+    r"|\b\d{1,3}%\|"
 )
 # key [sep] value. A key is an identifier (with ./- inside) or up to three words; the separator
 # is ":", "=", " = " or whitespace (Megatron "lm loss: ", fairseq "| loss 7.2 |").
@@ -269,12 +271,41 @@ _SPLIT_NAMES = {"train": "train", "training": "train", "val": "val", "valid": "v
                 "testing": "test", "predict": "test"}
 
 
+# A logged record that names its split in a field of its own: mmcv's JSON log lines
+# ({"mode": "val", "epoch": 24, "iter": 9162, ...}), torchaudio's MetricLogger ({"name": "validation", ...}),
+# a "split" / "phase" / "stage" field of other loops. The value must be a split word, so
+# {"name": "resnet50"} states none.
+_DICT_SPLIT = re.compile(
+    r"""(?i)['"](?:mode|split|phase|stage|name)['"]\s*:\s*['"](?P<word>train(?:ing)?|val(?:id|idation)?"""
+    r"""|eval(?:uation)?|test(?:ing)?)['"]"""
+)
+
+
+def dict_split(text: str, start: int = 0) -> str:
+    """The split a dict's own field states (``{"mode": "val", ...}`` -> "val"), or ""."""
+    m = _DICT_SPLIT.search(text, start)
+    return _SPLIT_NAMES.get(m.group("word").lower(), "") if m is not None else ""
+
+
+def with_split(key: str, split: str) -> str:
+    """The tag of ``key`` read on a line or record that states ``split`` (``loss`` on a validation line ->
+    ``val_loss``). A key naming its own split keeps it; so do the position and the optimizer's state,
+    which are no measurement on a split's data (epoch, iter, lr: mmcv's val records repeat them)."""
+    from autopsy.metrics import EPOCH, LR, LR_MULTIPLIER, canonical_metric, split_of
+
+    if not split or split == "train" or split_of(key) or key.lower() in STEP_WORDS \
+            or canonical_metric(key) in (EPOCH, LR, LR_MULTIPLIER):
+        return key
+    return f"{split}_{key}"
+
+
 def split_word(text: str) -> str:
     """The split a line states outside its keys ("" when none): ``Epoch(val) [1][50/50]``,
-    ``Validation: loss 0.3``, ``Test set: Average loss: 0.05``, ``***** eval metrics *****``."""
+    ``Validation: loss 0.3``, ``Test set: Average loss: 0.05``, ``***** eval metrics *****``,
+    a dict's split field (``{"mode": "val", ...}``: :func:`dict_split`)."""
     m = _SPLIT_CONTEXT.search(text)
     if m is None:
-        return ""
+        return dict_split(text) if "{" in text else ""
     word = (m.group("paren") or m.group("head") or m.group("hf") or "").lower()
     return _SPLIT_NAMES.get(word, "")
 
