@@ -72,6 +72,7 @@ BUDGET_S = 50.0  # wall seconds after which no suspect is measured again (the fi
 PASSES = 3
 FIXTURE = ROOT / "fixtures" / "runs" / "disk_full"
 FIXED = "fixed cost (fixtures/runs/disk_full)"
+CACHE_ROOT = Path(tempfile.gettempdir())  # set by main() to a directory of the check's own (see use_tree)
 
 # name -> [(shape, MB), ...]: shapes written side by side into one run directory (a run-level pass,
 # e.g. the cards, is paid once per group): a 2x slowdown of one shape still moves its group's added
@@ -117,7 +118,7 @@ class Worker:
         self.code = code
         self.err_path = tmp / f"worker-{tag}.err"
         self.err: IO[bytes] = open(self.err_path, "wb")  # closed in close()
-        e2e.ROOT = code  # e2e.env() puts this tree first on PYTHONPATH
+        use_tree(code)
         # ``python -c`` puts the working directory first on sys.path, as ``-m`` does
         self.proc = subprocess.Popen(
             [sys.executable, "-c", WORKER, repr(time.time()), str(FIXTURE), str(tmp / f"report-{tag}.json")],
@@ -187,9 +188,19 @@ def startup_cases() -> dict[str, dict[str, Any]]:
 def run(argv: list[str], extra_env: dict[str, str] | None = None, code: Path | None = None) -> dict[str, float]:
     """One fresh process of ``argv`` with the autopsy tree ``code`` (default: the tree under test)."""
     if code is not None:
-        e2e.ROOT = code  # e2e.env() puts this tree first on PYTHONPATH
-        os.chdir(code)  # and ``python -m`` puts the working directory before PYTHONPATH
+        use_tree(code)
+        os.chdir(code)  # ``python -m`` puts the working directory before PYTHONPATH
     return e2e.run_once(argv, extra_env=extra_env)
+
+
+def use_tree(code: Path) -> None:
+    """Processes started from now on run the autopsy tree ``code`` with its own cache directory."""
+    e2e.ROOT = code  # e2e.env() puts this tree first on PYTHONPATH
+    # A private cache directory per tree, under the check's temporary directory: autopsy run from
+    # another checkout meanwhile cannot invalidate the cached start-up cases' entries, and neither
+    # can the other tree (one directory for both had each tree's run replace the other's entry
+    # whenever their rules differ: the cached ``rules list`` then read 0.48 s instead of 0.05 s).
+    os.environ["AUTOPSY_CACHE_DIR"] = str(CACHE_ROOT / str(abs(hash(str(code)))))
 
 
 def export_tree(rev: str, dest: Path) -> Path | None:
@@ -325,9 +336,8 @@ def main() -> int:
         if rev and not a.update and against is None:
             print(f"commit {rev} is not in this repository: judged against the baseline's figures only",
                   file=sys.stderr)
-        # A private cache directory: autopsy run from another checkout or environment meanwhile
-        # cannot invalidate the cached start-up cases' entries in the middle of the check.
-        os.environ["AUTOPSY_CACHE_DIR"] = str(tmp / "cache")
+        global CACHE_ROOT
+        CACHE_ROOT = tmp / "cache"
         cases = {**startup_cases(), **build_cases(tmp)}
         names = list(cases)
         warm_up([tree for tree in (code, against) if tree is not None], cases)
