@@ -15,7 +15,7 @@ import numpy as np
 import regex
 
 from autopsy.checks.checkpoint_load import load_failures
-from autopsy.checks.run_state import end_signals, epoch_progress_time, trained_after
+from autopsy.checks.run_state import end_signals, epoch_progress_time, reached_plan, trained_after
 from autopsy.checks.series import cite, config_entry, config_evidence, config_float, median_cadence, rounded
 from autopsy.engine.types import CheckContext, NotEvaluated
 from autopsy.model import Confidence, Evidence, Finding, Severity
@@ -300,8 +300,8 @@ def gap(ctx: CheckContext) -> Iterable[Finding]:
     last, planned = run.last_step, run.max_steps
     if last is None:
         raise NotEvaluated("no training step found in any artifact")
-    if planned is not None and last >= planned:
-        return []  # it finished: a traceback printed on the way was survived
+    if reached_plan(run):
+        return []  # it finished (HF's last step one short included): a traceback printed on the way was survived
     # (a line training went on after did not end the run: "Killed" of a checkpoint converter, a caught error)
     signals = [s for s in end_signals(run) if not (s.kind in ("termination", "error_line")
                                                    and trained_after(run, s.evidence.path, s.evidence.line))]

@@ -35,6 +35,7 @@ from autopsy.checks.common import (
     where,
 )
 from autopsy.checks.hang import ctrl_c_marked, waiting_frame
+from autopsy.checks.run_state import after_finish, thread_errors_after_finish
 from autopsy.checks.tb_causes import FRAMES_PREFIX, frames_text, gate_open, hit_context, read_before
 from autopsy.engine.types import CheckContext
 from autopsy.model import Confidence, Evidence, Finding
@@ -184,6 +185,7 @@ def exception(ctx: CheckContext) -> Iterable[Finding]:
     finals = final_tracebacks(ctx.run)
     if not finals:
         return _headless(ctx, ignore, min_after, explainers)
+    cutoff = thread_errors_after_finish(ctx.run)
     for tb in finals:
         if tb.exc_type.rsplit(".", 1)[-1] in ignore:
             continue
@@ -192,6 +194,8 @@ def exception(ctx: CheckContext) -> Iterable[Finding]:
             continue
         if not tb.exc_type and not tb.frames:
             continue  # a bare "Traceback (most recent call last):" header: nothing to report
+        if after_finish(cutoff, tb.path, tb.line_start):
+            continue  # a background thread's error after training ended (a writer at interpreter exit)
         if any(f.function == "__del__" for f in tb.frames):
             continue  # raised through a finalizer: CPython never propagates it, only prints it ("Exception ignored in")
         if not tb.exc_type and waiting_frame(tb) is not None:

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from autopsy.metrics import LOSS, canonical_metric
 from autopsy.model import Evidence, Finding, Severity
 
 if TYPE_CHECKING:
@@ -140,6 +141,27 @@ def _final_scale(hits: Mapping[str, Sequence[Hit]], path: str) -> tuple[float | 
     return first, last
 
 
+def _still_learning(ctx: CheckContext, records: Sequence[_Record], min_drop: float) -> bool:
+    """The file's training loss, logged between and after the skip lines, falls by ``min_drop`` or more.
+
+    Without step numbers, a run of skips cannot be measured against the steps taken. A
+    collapsed scaler skips every step, so the weights stop moving and the loss it logs stays
+    where it was; a loss that keeps falling across the skips (fairseq's "overflow detected,
+    setting loss scale to: 0.0039" between progress lines whose loss goes 14.35 -> 12.64) is
+    a model that updates, the skips are the scaler working.
+    """
+    path = records[0].hit.path
+    first_line = min(r.hit.lineno for r in records)
+    last_line = max(r.hit.lineno for r in records)
+    values = [p.value for s in ctx.run.logs if s.path == path for p in s.series
+              if p.lineno > first_line and canonical_metric(p.tag) == LOSS and math.isfinite(p.value)]
+    after = any(p.lineno > last_line for s in ctx.run.logs if s.path == path for p in s.series
+                if canonical_metric(p.tag) == LOSS)
+    if len(values) < 2 or not after or values[0] <= 0:
+        return False
+    return values[-1] <= (1.0 - min_drop) * values[0] and values[-1] == min(values)
+
+
 def _streak(records: Sequence[_Record], last_seen: int, min_fraction: float) -> tuple[int, int, int]:
     """(index of the first record, skips, steps spanned) of the skips that run up to the last step seen.
 
@@ -177,7 +199,7 @@ def _judge(ctx: CheckContext, kind: str, records: list[_Record], low_scale: bool
     facts: dict[str, object] = {"skipped_steps": total}
     last_seen = _last_step_seen(ctx, path, records)
     if last_seen is None or any(r.last is None for r in records[-min_skips:]):
-        if total >= min_skips and low_scale:
+        if total >= min_skips and low_scale and not _still_learning(ctx, records, float(ctx.param("learning_drop"))):
             return _Verdict(records, f"{total} steps were skipped (the log gives no step numbers)", facts)
         return None
     start, skips, span = _streak(records, last_seen, min_fraction)

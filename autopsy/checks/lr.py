@@ -72,6 +72,21 @@ def _schedule_type(run: Run) -> tuple[str | None, ConfigEntry | None]:
 # ----------------------------------------------------------------------------- lr.floor
 
 
+def _stepped_into_floor(values: np.ndarray, final: float, tolerance: float, factor: float) -> bool:
+    """The LR reached its final level in one drop of ``factor`` or more between two logged points.
+
+    A schedule with a floor (``0.1 + 0.9 * cosine``, a linear decay clamped at a minimum) glides
+    into its last level: the point before the flat tail is only a little above it. A step
+    schedule (MultiStepLR, detectron2's WarmupMultiStepLR with gamma 0.1) holds each level and
+    drops by its gamma at a milestone: its last level is where the plan put it.
+    """
+    off = np.flatnonzero(np.abs(values - final) > tolerance * max(abs(final), 1e-30))
+    if off.size == 0 or off[-1] + 1 >= len(values):
+        return False
+    before = float(values[off[-1]])
+    return final > 0 and before >= factor * final
+
+
 def floor(ctx: CheckContext) -> Iterable[Finding]:
     """The LR levels off at a fraction of its peak while the config wants it to reach a lower end."""
     run = ctx.run
@@ -140,6 +155,9 @@ def floor(ctx: CheckContext) -> Iterable[Finding]:
     if expected is None:
         if not flat_tail:
             return []
+        if _stepped_into_floor(s.values, final, float(ctx.param("flat_relative_tolerance")),
+                               float(ctx.param("step_drop_factor"))):
+            return []  # a step schedule's last level (MultiStepLR, detectron2's steps): planned, not a floor
         # No stated intent: only a schedule that is dead flat at the end reads as a floor.
         confidence = Confidence.LOW
         facts["configured_min_source"] = None

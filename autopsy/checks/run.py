@@ -71,9 +71,15 @@ _BANNER = regex.compile(
 )
 
 
+# A traceback frame, wherever a logger's prefix puts it ("[...] torch._dynamo.convert_frame: [WARNING]   File
+# "/torch/_dynamo/output_graph.py", line 973, in call_user_compiler"): the program ran code and logged what
+# raised in it, which no process that hung before its first print can show, whatever level it was logged at.
+_FRAME = regex.compile(r'\bFile "[^"\n]+", line \d+, in \S')
+
+
 def is_banner_line(line: str) -> bool:
     """True for blank lines, warnings and launcher banners: output that shows no progress."""
-    return bool(_BANNER.search(line))
+    return bool(_BANNER.search(line)) and not _FRAME.search(line)
 
 
 def _log_art_mtimes(run: Run) -> dict[str, float]:

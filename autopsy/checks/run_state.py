@@ -19,7 +19,7 @@ from autopsy.checks.hang import ctrl_c_marked
 from autopsy.clock import ERROR_LINE, TERMINATION_LINE
 from autopsy.model import ArtifactKind, Evidence
 from autopsy.parsers.log_store import MAX_STEP, SeriesStore
-from autopsy.parsers.types import Checkpoint, LogScan
+from autopsy.parsers.types import Checkpoint, LogScan, Traceback
 from autopsy.run import Run
 
 # Exit statuses that mean "stopped from outside" rather than "failed": SIGTERM (143, -15 as
@@ -36,7 +36,7 @@ TERMINATION_EXCEPTIONS = ("KeyboardInterrupt", "SignalException", "SystemExit")
 # "Optimization Done." (Caffe), "10 epochs completed in 1.234 hours." (ultralytics))
 COMPLETION_LINE = regex.compile(
     r"(?i:\b(?:training|fine-?tuning)\s+(?:is\s+|has\s+)?(?:completed?|finished|done|ended)\b"
-    r"|\b(?:finish(?:ed)?|done|end of|completed?)\s+(?:the\s+)?training\b(?!\s+steps?\b)"
+    r"|\b(?:finish(?:ed)?|done|end(?: of)?|completed?)\s+(?:the\s+)?training\b(?!\s+steps?\b)"
     r"|\boptimization (?:finished|done)\b|\d+ epochs completed in\b)"
     r"|`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached"
 )
@@ -49,6 +49,41 @@ def completion_line(run: Run) -> Evidence | None:
             if COMPLETION_LINE.search(line) and not ERROR_LINE.search(line.strip()):
                 return _tail_evidence(scan, lineno, line)
     return None
+
+
+_THREAD_ENTRY = frozenset({"_bootstrap_inner", "_bootstrap"})
+
+
+def _thread_traceback(tb: Traceback) -> bool:
+    """Printed by ``threading.excepthook``: the outermost frame is the thread's entry in threading.py."""
+    return bool(tb.frames) and tb.frames[0].function in _THREAD_ENTRY and \
+        tb.frames[0].file.replace("\\", "/").endswith("threading.py")
+
+
+def thread_errors_after_finish(run: Run) -> tuple[str, int] | None:
+    """(log, line) of the line saying training finished, when every traceback that log prints after it
+    is a thread's (or a bare header of one interleaved with it); else None.
+
+    An exception that escapes a ``threading.Thread`` ends that thread only ("Exception in thread
+    Thread-1:", outermost frame ``_bootstrap_inner``); the interpreter goes on. After "End
+    training....", a tensorboardX or logging writer thread that finds its queue closed at interpreter
+    exit ("OSError: handle is closed") did not end the run: the run had ended. A thread's traceback
+    before any such line (a thread that ran the loop, a loader thread whose death left it waiting), or
+    a main-thread traceback after it (the final save failing), is still an ending.
+    """
+    done = completion_line(run)
+    if done is None or done.path is None or done.line is None:
+        return None
+    later = [tb for tb in run.all_tracebacks if tb.path == done.path and tb.line_start > done.line]
+    if any(_thread_traceback(tb) for tb in later) and all(
+            _thread_traceback(tb) or (not tb.frames and not tb.exc_type) for tb in later):
+        return done.path, done.line
+    return None
+
+
+def after_finish(cutoff: tuple[str, int] | None, path: str | None, line: int | None) -> bool:
+    """``line`` of log ``path`` comes after the cutoff :func:`thread_errors_after_finish` found."""
+    return cutoff is not None and path == cutoff[0] and line is not None and line > cutoff[1]
 
 
 @dataclass(frozen=True)
@@ -66,7 +101,16 @@ def _tail_evidence(scan: LogScan, lineno: int, line: str) -> Evidence:
 
 
 def end_signals(run: Run) -> list[Signal]:
-    """Every recorded trace of the run ending: tracebacks, child failures, exit codes, tail lines."""
+    """Every recorded trace of the run ending: tracebacks, child failures, exit codes, tail lines.
+
+    Not the tracebacks and error lines of background threads printed after the log said training
+    finished (:func:`thread_errors_after_finish`): the run had ended by then.
+    """
+    cutoff = thread_errors_after_finish(run)
+    return [s for s in _all_end_signals(run) if not after_finish(cutoff, s.evidence.path, s.evidence.line)]
+
+
+def _all_end_signals(run: Run) -> list[Signal]:
     out: list[Signal] = []
     for tb in run.all_tracebacks:
         term = tb.exc_type.rsplit(".", 1)[-1] in TERMINATION_EXCEPTIONS or (not tb.exc_type and ctrl_c_marked(run, tb))
@@ -205,6 +249,8 @@ def reached_plan(run: Run) -> bool:
         return True
     if last != planned - 1:
         return False
+    if _hf_epochs_ran(run, planned):
+        return True
     df = run.scalars
     if df.empty:
         return False
@@ -214,6 +260,26 @@ def reached_plan(run: Run) -> bool:
         if int(steps.min()) == 0 and int(steps.max()) == last:
             return True
     return False
+
+
+def _hf_epochs_ran(run: Run, planned: int) -> bool:
+    """HF Trainer planned its length in epochs and its epoch counter reached the last one, one step short.
+
+    When ``num_train_epochs`` sets the length, the Trainer computes ``max_steps`` from the
+    dataloader's length and gradient accumulation; with a last partial accumulation per epoch
+    the loop ends one optimizer step short of that product (``global_step`` 27419 of
+    ``max_steps`` 27420, ``epoch`` 9.9996 of 10). Read only when that trainer_state's own
+    ``max_steps`` is the plan and its epoch counter is within one step of ``num_train_epochs``:
+    with an explicit ``max_steps`` the Trainer rounds ``num_train_epochs`` up, so the counter
+    stays a fraction of an epoch short and this does not apply.
+    """
+    ts = run.trainer_state
+    if ts is None or ts.max_steps != planned or ts.global_step != planned - 1:
+        return False
+    if ts.epoch is None or not ts.num_train_epochs or ts.num_train_epochs <= 0:
+        return False
+    one_step = ts.num_train_epochs / planned  # one optimizer step, in epochs
+    return ts.epoch >= ts.num_train_epochs - 1.5 * one_step
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,201 @@
+"""Benign false alarms (issues 10 and 11): healthy shapes that named a cause, and the real failure beside each.
+
+Each case is a run directory written from text quoted from a corpus entry (named beside it) or a real
+message: the benign shape must leave its rule quiet, and the failure of the same family must still fire it.
+A confident wrong verdict on a healthy run is worse than "could not tell".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from builders import rules_of
+
+from autopsy.api import analyze
+
+DAY = 86_400.0
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    t = time.time() - 2 * DAY  # old files: a run that has stopped, not one still being written
+    for dirpath, _dirs, names in os.walk(root):
+        for n in names:
+            os.utime(Path(dirpath) / n, (t, t))
+
+
+# ---------------------------------------------------------------- loss.nonfinite: fp16 scaler lines without steps
+
+def _fairseq_progress(i: int, loss: str, ppl: str, wps: int, wpb: str, bsz: str, updates: int, lr: str, gnorm: str,
+                      scale: str, wall: int, train_wall: int) -> str:
+    return (f"| epoch 001:    {i} / 1374 loss={loss}, ppl={ppl}, wps={wps}, ups=0, wpb={wpb}, bsz={bsz}, "
+            f"num_updates={updates}, lr={lr}, gnorm={gnorm}, clip=0.000, oom=0.000, loss_scale={scale}, "
+            f"wall={wall}, train_wall={train_wall}\n")
+
+
+def _fairseq_overflow(scale: str) -> str:
+    return f"| WARNING: overflow detected, setting loss scale to: {scale}\n"
+
+
+# fairseq_515_overflow_warnings_loss_falling: the scaler halves its scale between progress lines whose loss falls
+_FAIRSEQ_FALLING = "".join((
+    _fairseq_overflow("0.0625"),
+    _fairseq_progress(200, "14.351", "20899.56", 49604, "277035.016", "8563.074", 190, "4.84525e-06", "3.901", "0.062",
+                      1061, 945),
+    _fairseq_progress(300, "13.689", "13208.82", 51846, "277242.090", "8636.772", 290, "7.34275e-06", "3.057", "0.062",
+                      1551, 1413),
+    _fairseq_overflow("0.03125"),
+    _fairseq_progress(400, "13.137", "9007.95", 52932, "277361.147", "8693.717", 389, "9.81528e-06", "2.587", "0.031",
+                      2038, 1880),
+    _fairseq_overflow("0.015625"),
+    _fairseq_overflow("0.0078125"),
+    _fairseq_overflow("0.00390625"),
+    _fairseq_progress(500, "12.636", "6365.15", 53414, "277442.903", "8660.477", 486, "1.22379e-05", "2.302", "0.004",
+                      2524, 2346)))
+# the same lines with the loss standing still: the weights no longer move, the scale collapsed
+_FAIRSEQ_FLAT = (_FAIRSEQ_FALLING.replace("loss=13.689", "loss=14.349").replace("loss=13.137", "loss=14.352")
+                 .replace("loss=12.636", "loss=14.350"))
+# fairseq_512_overflow_cascade_then_traceback: the scale halves line after line with no progress between
+_FAIRSEQ_CASCADE = (
+    "| epoch 027 | loss 6.343 | nll_loss 4.984 | ppl 31.65 | wps 164346 | ups 0.4 | wpb 364096 | bsz 11907 | "
+    "num_updates 10198 | lr 0.000626286 | gnorm 0.390 | clip 0% | oom 0 | loss_scale 0.500 | wall 23080 | "
+    "train_wall 21383\n"
+    + "".join(f"| WARNING: overflow detected, setting loss scale to: {0.5 / 2 ** k}\n" for k in range(1, 13)))
+
+
+# ---------------------------------------------------------------- run.incomplete: HF Trainer one step short
+
+def _trainer_state(global_step: int, max_steps: int, epoch: float, num_train_epochs: float) -> str:
+    """An HF trainer_state.json shaped like ts_google_hf_27419of27420's (loss 0.40 -> 0.21, linear decay)."""
+    history = [{"epoch": round(epoch * s / global_step, 2), "learning_rate": 5e-05 * (1 - s / max_steps),
+                "loss": round(0.40 - 0.19 * s / global_step, 4), "step": s}
+               for s in range(500, global_step + 1, 500)]
+    return json.dumps({"best_metric": None, "best_model_checkpoint": None, "epoch": epoch,
+                       "global_step": global_step, "is_hyper_param_search": False, "is_local_process_zero": True,
+                       "is_world_process_zero": True, "log_history": history, "max_steps": max_steps,
+                       "num_train_epochs": num_train_epochs, "total_flos": 5.09e16, "trial_name": None,
+                       "trial_params": None})
+
+
+# ---------------------------------------------------------------- lr.floor: a step schedule's last level
+
+_D2_LINE = ('{{"data_time": 0.0238, "eta_seconds": 0.0, "fast_rcnn/cls_accuracy": 0.8808, "iteration": {it}, '
+            '"loss_box_reg": 0.6026, "loss_cls": 0.3208, "loss_rpn_cls": 0.0277, "loss_rpn_loc": 0.0298, "lr": {lr!r}, '
+            '"rank_data_time": 0.0238, "time": 2.4338, "total_loss": {loss}}}\n')
+
+
+def _d2_metrics(lr_at: object) -> str:
+    """detectron2 metrics.json lines (medical_waste_detectron2_step_decay's keys), every 20 iterations to 3999."""
+    return "".join(_D2_LINE.format(it=it, lr=lr_at(it), loss=round(2.7 - 1.7 * min(1.0, it / 2000), 4))  # type: ignore[operator]
+                   for it in range(19, 4000, 20))
+
+
+def _d2_warmup(it: int) -> float:
+    return 5e-05 * min(1.0, (it + 1) / 1000)
+
+
+# medical_waste_detectron2_step_decay: WarmupMultiStepLR, warmup to 5e-05, one milestone at 2000 (gamma 0.1)
+_D2_STEPS = _d2_metrics(lambda it: _d2_warmup(it) * (0.1 if it >= 2000 else 1.0))
+# a linear decay clamped at 10% of its peak: it glides into a floor nothing planned
+_D2_CLAMPED = _d2_metrics(lambda it: _d2_warmup(it) if it < 1000 else 5e-05 * max(0.1, 1 - (it - 1000) / 2000))
+
+# ---------------------------------------------------------------- log.empty: a logged traceback is output
+
+# pytorch_106152_dynamo_warning_traceback: dynamo logs the frame it could not compile at WARNING level
+_DYNAMO = "".join(f"[2023-07-31 11:08:28,980] torch._dynamo.convert_frame: [WARNING] {line}\n" for line in (
+    "    raise BackendCompilerFailed(self.compiler_fn, e).with_traceback(",
+    '  File "/data/users/williamwen/pytorch/torch/_dynamo/output_graph.py", line 973, in call_user_compiler',
+    "    compiled_fn = compiler_fn(gm, self.example_inputs())",
+    '  File "/data/users/williamwen/pytorch/torch/_dynamo/repro/after_dynamo.py", line 117, in debug_wrapper',
+    "    compiled_gm = compiler_fn(gm, example_inputs)",
+    '  File "/data/users/williamwen/pytorch/torch/__init__.py", line 1586, in __call__',
+    "    return self.compiler_fn(model_, inputs_, **self.kwargs)"))
+# warnings and nothing else: the process never printed a step (hung, or its stdout sits in a block buffer)
+_ONLY_WARNINGS = (
+    "/usr/local/lib/python3.10/dist-packages/torch/utils/data/dataloader.py:557: UserWarning: This DataLoader will "
+    "create 16 worker processes in total. Our suggested max number of worker in current system is 8, which is smaller "
+    "than what this DataLoader is going to create.\n"
+    "  warnings.warn(_create_warning_msg(\n"
+    "huggingface/tokenizers: The current process just got forked, after parallelism has already been used. "
+    "Disabling parallelism to avoid deadlocks...\n"
+    "To disable this warning, you can either:\n"
+    "\t- Avoid using `tokenizers` before the fork if possible\n"
+    "\t- Explicitly set the environment variable TOKENIZERS_PARALLELISM=(true | false)\n"
+    "[2023-07-31 11:08:28,980] torch._dynamo.convert_frame: [WARNING] torch._dynamo hit config.cache_size_limit (8)\n")
+
+# ---------------------------------------------------------------- crash.exception: a thread's error after the end
+
+_TBX_THREAD = "".join(f"{line}\n" for line in (
+    "Traceback (most recent call last):",
+    '  File "/home/lxc/miniconda3/envs/gan/lib/python3.10/threading.py", line 1016, in _bootstrap_inner',
+    "    self.run()",
+    '  File "/home/lxc/miniconda3/envs/gan/lib/python3.10/site-packages/tensorboardX/event_file_writer.py", line 202, '
+    "in run",
+    "    data = self._queue.get(True, queue_wait_duration)",
+    '  File "/home/lxc/miniconda3/envs/gan/lib/python3.10/multiprocessing/queues.py", line 117, in get',
+    "    res = self._recv_bytes()",
+    '  File "/home/lxc/miniconda3/envs/gan/lib/python3.10/multiprocessing/connection.py", line 136, in _check_closed',
+    '    raise OSError("handle is closed")',
+    "OSError: handle is closed"))
+_STTN_HEAD = ("saving model to release_model/sttn_gait/gen_00010.pth ...\n"
+              "acc_NM_mean:93.81520661157025 , acc_BG_mean:90.2692561983471 , acc_CL_mean:81.51148760330578\n"
+              "===Rank-1 (Include identical-view cases)===\n"
+              "NM: 93.815,\tBG: 89.311,\tCL: 80.264\n"
+              "d: -0.001;gen: -0.008: : 20001it [12:18:18,  2.21s/it]\n"
+              "Exception in thread Thread-1:\n")
+# sttn_end_training_tensorboardx_handle_closed: training and evaluation ended, then the writer thread's queue closed
+_STTN_ENDED = _STTN_HEAD + "\nEnd training....\n" + _TBX_THREAD
+# the same thread error with no word that training ended: it may have been what stopped the run
+_STTN_NOT_ENDED = _STTN_HEAD + _TBX_THREAD
+# after "End training....", the main thread's final save raised: the run died there
+_MAIN_AFTER_END = _STTN_HEAD + "\nEnd training....\n" + (
+    "Traceback (most recent call last):\n"
+    '  File "/home/lxc/STTN/train.py", line 88, in <module>\n'
+    "    torch.save(model.state_dict(), path)\n"
+    '  File "/home/lxc/miniconda3/envs/gan/lib/python3.10/site-packages/torch/serialization.py", line 440, in save\n'
+    "    with _open_zipfile_writer(f) as opened_zipfile:\n"
+    "RuntimeError: File release_model/sttn_gait/final.pth cannot be opened.\n")
+
+CASES = [
+    # (id, files, rule, fires)
+    ("fairseq_overflow_loss_falling", {"train.log": _FAIRSEQ_FALLING}, "loss.nonfinite", False),
+    ("fairseq_overflow_loss_flat", {"train.log": _FAIRSEQ_FLAT}, "loss.nonfinite", True),
+    ("fairseq_overflow_cascade", {"train.log": _FAIRSEQ_CASCADE}, "loss.nonfinite", True),
+    ("detectron2_step_decay", {"metrics.json": _D2_STEPS}, "lr.floor", False),
+    ("detectron2_linear_decay_clamped", {"metrics.json": _D2_CLAMPED}, "lr.floor", True),
+    # the same steps against a config that plans a cosine decay to 0: the level it holds is above the plan
+    ("detectron2_steps_against_cosine_config", {"metrics.json": _D2_STEPS,
+                                                "config.yaml": "lr_scheduler_type: cosine\nmax_steps: 4000\n"},
+     "lr.floor", True),
+    ("dynamo_warning_traceback", {"train.log": _DYNAMO}, "log.empty", False),
+    ("only_warnings", {"train.log": _ONLY_WARNINGS}, "log.empty", True),
+    ("thread_error_after_end_training", {"train.out": _STTN_ENDED}, "crash.exception", False),
+    ("thread_error_without_end", {"train.out": _STTN_NOT_ENDED}, "crash.exception", True),
+    ("main_thread_error_after_end_training", {"train.out": _MAIN_AFTER_END}, "crash.exception", True),
+    # ts_google_hf_27419of27420: global_step 27419 of max_steps 27420, epoch 9.9996 of 10
+    ("hf_one_step_short_epochs_ran", {"trainer_state.json": _trainer_state(27419, 27420, 9.99963530269876, 10)},
+     "run.incomplete", False),
+    ("hf_one_step_short_no_work_lost", {"trainer_state.json": _trainer_state(27419, 27420, 9.99963530269876, 10)},
+     "checkpoint.gap", False),
+    # the same run cut 10% short: its epoch counter stops at 9.0
+    ("hf_cut_ten_percent_short", {"trainer_state.json": _trainer_state(24678, 27420, 9.0, 10)},
+     "run.incomplete", True),
+    # one step short of an explicit max_steps: the Trainer rounded num_train_epochs up, the counter is short of it
+    ("hf_one_step_short_explicit_max_steps", {"trainer_state.json": _trainer_state(27419, 27420, 9.4, 10)},
+     "run.incomplete", True),
+]
+
+
+@pytest.mark.parametrize(("files", "rule", "fires"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_benign_shape_is_quiet_and_the_failure_fires(tmp_path: Path, files: dict[str, str], rule: str,
+                                                     fires: bool) -> None:
+    _write(tmp_path, files)
+    report = analyze(tmp_path)
+    assert (rule in rules_of(report)) is fires, [(f.rule, f.message[:200]) for f in report.findings]
