@@ -354,19 +354,22 @@ def _walk(root: Path, limits: WalkLimits, problems: list[str]) -> Iterator[Artif
             rel = rel_dir + entry.name
             try:
                 is_link = entry.is_symlink()
+                target = os.path.realpath(entry.path) if is_link else ""
+                # A link out of the run is judged by where it points, before anything is looked up
+                # there: the target is never touched, and whether it exists on the machine doing the
+                # analysis (W&B's debug-core.log -> ~/.cache/wandb/...) does not change the report.
+                if is_link and target != root_real and not target.startswith(root_real + os.sep):
+                    yield Artifact(
+                        rel, ArtifactKind.OTHER, 0, 0.0, ParseStatus.SKIPPED,
+                        "symlink that points outside the run directory (not followed)",
+                    )
+                    continue
                 st = os.stat(entry.path) if is_link else entry.stat(follow_symlinks=False)
             except OSError as exc:
                 why = "broken symlink" if isinstance(exc, FileNotFoundError) else _os_error_note(exc)
                 yield Artifact(rel, ArtifactKind.OTHER, 0, 0.0, ParseStatus.UNREADABLE, why)
                 continue
             if is_link:
-                target = os.path.realpath(entry.path)
-                if target != root_real and not target.startswith(root_real + os.sep):
-                    yield Artifact(
-                        rel, ArtifactKind.OTHER, 0, 0.0, ParseStatus.SKIPPED,
-                        "symlink that points outside the run directory (not followed)",
-                    )
-                    continue
                 if not stat.S_ISDIR(st.st_mode):
                     # A link to a file of the run (``latest.log -> train_0412.log``): the target
                     # is read under its own name; reading both would count every line twice.

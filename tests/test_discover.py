@@ -124,6 +124,25 @@ def test_symlink_loop_and_escape_are_not_followed(tmp_path: Path) -> None:
     assert any("loop" in p for p in disc.problems)
 
 
+def test_a_link_out_of_the_run_reads_the_same_whether_its_target_exists_or_not(tmp_path: Path) -> None:
+    # W&B's logs/debug-core.log -> ~/.cache/wandb/logs/core-debug-<time>.log: present on the machine
+    # that trained, absent on the one analysing a copy. Both are "outside the run", never "broken".
+    run = tmp_path / "run"
+    run.mkdir()
+    present = tmp_path / "cache" / "core-debug-present.log"
+    present.parent.mkdir()
+    present.write_text("core\n")
+    (run / "debug-core.log").symlink_to(present)
+    (run / "debug-core-2.log").symlink_to(tmp_path / "cache" / "core-debug-absent.log")
+    (run / "dangling.log").symlink_to("nowhere.log")  # inside the run, and broken
+    found = {a.path: a for a in discover(run).artifacts}
+    for name in ("debug-core.log", "debug-core-2.log"):
+        assert found[name].status is ParseStatus.SKIPPED
+        assert found[name].note == "symlink that points outside the run directory (not followed)"
+    assert found["dangling.log"].status is ParseStatus.UNREADABLE
+    assert found["dangling.log"].note == "broken symlink"
+
+
 def test_fifo_is_listed_but_never_opened(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "train.log")
     (art,) = discover(tmp_path).artifacts
