@@ -163,6 +163,54 @@ _MAIN_AFTER_END = _STTN_HEAD + "\nEnd training....\n" + (
     "    with _open_zipfile_writer(f) as opened_zipfile:\n"
     "RuntimeError: File release_model/sttn_gait/final.pth cannot be opened.\n")
 
+# ---------------------------------------------------------------- loss.plateau: a loss that rose is not stuck
+
+# multiagent_dqn_final_results: ten DQN sessions appended to one file, the episode counter restarting in each
+_DQN_SESSIONS = ((1, (2.0629,)), (1, (35.9689,)), (1, (0.6301,)), (1, (42.8993,)),
+                 (10, (1.7145, 14.3826, 26.4854, 29.5193, 32.8229, 12.8260, 28.4721, 10.6518, 22.2643, 12.9142)),
+                 (10, (28.9858, 13.4443, 20.6640, 11.3078, 18.7981, 12.3552, 11.4963, 6.5097, 10.5739, 9.9104)),
+                 (10, (0.6690, 15.4825, 18.2971, 11.7978, 10.0375, 1.2655, 6.4286, 14.7698, 19.6544, 14.5984)),
+                 (10, (2.5909, 0.5948, 0.4342, 6.2221, 11.4707, 14.8912, 18.4391, 12.2450, 24.9089, 16.4748)),
+                 (10, (35.1137, 19.6829, 26.5732, 24.3685, 28.3343, 16.0819, 16.3495, 13.4886, 21.5163, 16.6254)),
+                 (10, (0.6615, 16.1182, 26.9001, 28.2980, 41.2228, 34.0317, 31.2138, 23.8302, 23.8487, 20.8691)))
+
+
+def _dqn_log(sessions: tuple[tuple[int, tuple[float, ...]], ...]) -> str:
+    bar = "=" * 60
+    out = []
+    for n, losses in sessions:
+        out.append(f"\n{bar}\nTraining Session Started: 2026-02-03 15:37:27\n{bar}\n\n")
+        out += [f"Episode {i}/{n} | Deliveries: 3 | Collisions: 0 | Loss: {v:.4f} | \u03b5: 0.000\n"
+                for i, v in enumerate(losses, 1)]
+        out.append(f"\n{bar}\nFINAL RESULTS (Online DQN Learning)\n{bar}\nTotal Deliveries: 3\n")
+    return "".join(out)
+
+
+# the same console, one session of 64 episodes whose loss stays at 7.5: it never learned
+_DQN_FLAT = _dqn_log(((64, tuple(7.5 + 0.01 * ((i * 7) % 5 - 2) for i in range(64))),))
+
+# ---------------------------------------------------------------- loss.plateau: a carried validation loss
+
+def _nemo_line(epoch: int, it: int, step: int, train: str, timing: str, val: str) -> str:
+    return (f"Training epoch {epoch}, iteration {it}/149 | lr: 3e-05 | consumed_samples: {step + 1} | "
+            f"global_batch_size: 1 | global_step: {step} | reduced_train_loss: {train} | "
+            f"train_step_timing in s: {timing} | val_loss: {val}\n")
+
+
+# bionemo_740_carried_val_loss_pipes: the last validation loss printed again on every iteration line of epoch 0
+_NEMO_CARRIED = "".join(_nemo_line(0, 120 + k, 120 + k, t, tm, "4.106") for k, (t, tm) in enumerate(
+    (("1.233", "0.03146"), ("1.288", "0.03163"), ("1.333", "0.03215"), ("1.245", "0.03157"), ("1.375", "0.0317"),
+     ("1.34", "0.03147"))))
+# tflearn_388_val_loss_never_changes: one line per epoch, the epoch counter on it, val_loss re-measured and frozen
+_TFLEARN_FROZEN_VAL = "Training samples: 239\nValidation samples: 560\n" + "".join(
+    f"--\nTraining Step: {e}  | total loss: {t}\n| Adam | epoch: {e:03d} | loss: {t} - Sum: 1354.9858 | "
+    "val_loss: 0.50179 - val_acc: 281.0000 -- iter: 239/239\n"
+    for e, t in enumerate(("114.27066", "21.18387", "5.66940", "3.10222", "2.50713"), 2))
+# facenet_3_keras_val_loss_frozen_0p2000: Keras's epoch-end lines, val_loss 0.2000 re-measured each epoch
+_KERAS_FROZEN_VAL = "".join(
+    f"Epoch {e}/15\n1539/1539 [==============================] - 3427s 2s/step - loss: {t} - val_loss: 0.2000\n"
+    for e, t in zip(range(1, 8), ("0.1927", "0.1902", "0.1872", "0.1844", "0.1816", "0.1790", "0.1765"), strict=True))
+
 CASES = [
     # (id, files, rule, fires)
     ("fairseq_overflow_loss_falling", {"train.log": _FAIRSEQ_FALLING}, "loss.nonfinite", False),
@@ -179,6 +227,11 @@ CASES = [
     ("thread_error_after_end_training", {"train.out": _STTN_ENDED}, "crash.exception", False),
     ("thread_error_without_end", {"train.out": _STTN_NOT_ENDED}, "crash.exception", True),
     ("main_thread_error_after_end_training", {"train.out": _MAIN_AFTER_END}, "crash.exception", True),
+    ("rl_sessions_loss_rising", {"train_log.txt": _dqn_log(_DQN_SESSIONS)}, "loss.plateau", False),
+    ("rl_session_loss_flat", {"train_log.txt": _DQN_FLAT}, "loss.plateau", True),
+    ("nemo_val_loss_carried_in_epoch", {"train.log": _NEMO_CARRIED}, "loss.plateau", False),
+    ("tflearn_val_loss_frozen_across_epochs", {"train.log": _TFLEARN_FROZEN_VAL}, "loss.plateau", True),
+    ("keras_val_loss_frozen_across_epochs", {"train.log": _KERAS_FROZEN_VAL}, "loss.plateau", True),
     # ts_google_hf_27419of27420: global_step 27419 of max_steps 27420, epoch 9.9996 of 10
     ("hf_one_step_short_epochs_ran", {"trainer_state.json": _trainer_state(27419, 27420, 9.99963530269876, 10)},
      "run.incomplete", False),

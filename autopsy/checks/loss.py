@@ -251,6 +251,11 @@ def _long_plateau(ctx: CheckContext) -> list[Finding]:
     below_chance = chance is not None and final < chance * float(ctx.param("converged_chance_fraction"))
     if learned or (below_chance and drop_fraction > 0):
         return []  # a converged run: it learned first, then flattened
+    if initial > 0 and final > float(ctx.param("diverged_factor")) * initial:
+        # Not stuck: it rose (27.5 at the end of a file of appended RL sessions vs 8.2 at its start; an RL
+        # TD loss grows with the value estimates). "Stopped improving" would misdescribe it; a training
+        # loss that diverged is loss.spike's to judge.
+        return []
     mid = mid_run_start(run, s)
     if mid is not None:
         # "never learned much" compares the end with the start of training; an excerpt that begins

@@ -166,6 +166,8 @@ def _frozen_run(ctx: CheckContext, s: Series, places: int | None = None) -> int 
         return None  # "0.02" printed five times is the printing's precision, not a frozen model
     if _bar_frames(ctx, s, s.steps[i:]):
         return None  # a progress bar re-displays its last logged value on every frame
+    if s.metric == EVAL_LOSS and _carried_in_epoch(ctx, s, s.steps[i:]):
+        return None  # the last validation loss, carried on every training-step line of one epoch
     return i
 
 
@@ -209,6 +211,37 @@ def _gradients_flow(ctx: CheckContext, s: Series) -> bool:
         if at.size and not bool(np.any(at > 0)):
             return False  # an LR of 0: nothing moves whatever the gradients
     return True
+
+
+# An epoch counter on a training-step line: NeMo's "Training epoch 0, iteration 120/149", "epoch 3 step 40".
+_LINE_EPOCH = re.compile(r"(?i)\bepoch\b\W{0,4}(\d+)\b(?!\s*/)")
+
+
+def _carried_in_epoch(ctx: CheckContext, s: Series, steps: np.ndarray) -> bool:
+    """Are these evaluation-loss points printed on training-step lines of one epoch, beside a training loss
+    that moves on those same lines? NeMo/Megatron print the last measured ``val_loss`` on every iteration line
+    ("Training epoch 0, iteration 121/149 | ... | reduced_train_loss: 1.288 | ... | val_loss: 4.106") until the
+    next validation: a value carried, not re-measured. A validation loss printed once per epoch (Keras's
+    epoch-end "loss: 0.1872 - val_loss: 0.2000", tflearn's "epoch: 003 | ... | val_loss: 0.50179") changes
+    epoch from line to line and is still judged. Only lines the scan kept (the log's head and tail) are read."""
+    scan = next((sc for sc in ctx.run.logs if sc.path == s.path), None)
+    if scan is None:
+        return False
+    want = {int(x) for x in steps}
+    lines = {p.lineno for p in scan.series if p.tag == s.tag and p.step is not None and p.step in want}
+    if len(lines) < len(want):
+        return False
+    text = dict(scan.tail)
+    text.update((n, line) for n, line in enumerate(scan.head, 1) if n not in text)
+    epochs = set()
+    for n in lines:
+        m = _LINE_EPOCH.search(text.get(n, ""))
+        if m is None:
+            return False
+        epochs.add(m.group(1))
+    train = {p.value for p in scan.series if p.lineno in lines and p.tag != s.tag and "loss" in p.tag.lower()
+             and split_of(p.tag) in ("", "train") and math.isfinite(p.value)}
+    return len(epochs) == 1 and len(train) >= 2
 
 
 _BAR_RATES = frozenset({"it/s", "s/it"})
