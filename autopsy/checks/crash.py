@@ -65,11 +65,14 @@ def _signal_of(text: str) -> str:
     for codes, name in _NT_CODES:
         if any(c in t for c in codes):
             return name
-    if any(m in t for m in ("SIGBUS", "Bus error", "bus error", "signal 7", "-7)", "return code = -7")):
+    if any(m in t for m in ("SIGBUS", "Bus error", "bus error", "signal 7", "-7)", "return code = -7",
+                            "SIGNAL: 7 (")):
         return "SIGBUS"
     if "SIGILL" in t or "signal 4" in t:
         return "SIGILL"
-    if "Fatal Python error: Aborted" in t or "Abort trap" in t or _SHELL_ABORT.search(t):
+    # (MPICH's Hydra names the signal by number: "EXIT STRING: Aborted (signal 6)", "KILLED BY SIGNAL: 6 (Aborted)")
+    if "Fatal Python error: Aborted" in t or "Abort trap" in t or _SHELL_ABORT.search(t) \
+            or "(signal 6)" in t or "SIGNAL: 6 (" in t:
         return "SIGABRT"
     if "Fatal Python error" in t and "Segmentation fault" not in t and "Bus error" not in t:
         return "fatal"
@@ -139,7 +142,8 @@ def segfault(ctx: CheckContext) -> Iterable[Finding]:
                                  "bus_error_zsh", "abort_shell", "abort_bash", "cxx_terminate", "signal_line",
                                  "caught_signal", "exit_139",
                                  "windows_exit_code",
-                                 "dotnet_access_violation", "elastic_exitcode", "deepspeed_signal_exit"),
+                                 "dotnet_access_violation", "elastic_exitcode", "deepspeed_signal_exit",
+                                 "mpich_signal"),
                      message=message, facts=facts, key=key, skip=skip)
 
 

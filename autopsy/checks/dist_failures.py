@@ -160,7 +160,7 @@ def comm(ctx: CheckContext) -> Iterable[Finding]:
 
     return line_rule(ctx, names=("nccl_error_in", "nccl_error", "nccl_aborted", "nccl_code", "ib_completion",
                                  "peer_closed", "rendezvous_connect", "store_connect_timeout", "client_socket_timeout",
-                                 "rendezvous_error", "dist_network_error", "frames_address_in_use"),
+                                 "rendezvous_error", "dist_network_error", "frames_address_in_use", "tf_unavailable"),
                      message=message, facts=facts, key=key, skip=skip)
 
 

@@ -245,7 +245,8 @@ _STRONG = {"windows_commit_limit": "Windows commit limit (RAM + page file)",
 _WEAK = {"bare_killed": "Killed", "shell_killed": "Killed", "zsh_killed": "Killed", "exit_137": "exit code 137",
          "ide_sigkill": "exit code 137",
          "worker_killed": "DataLoader worker SIGKILL", "torchrun_sigkill": "SIGKILL", "spawn_sigkill": "SIGKILL",
-         "subprocess_sigkill": "SIGKILL", "deepspeed_sigkill": "SIGKILL", "mpi_sigkill": "SIGKILL"}
+         "subprocess_sigkill": "SIGKILL", "deepspeed_sigkill": "SIGKILL", "mpi_sigkill": "SIGKILL",
+         "mpich_sigkill": "SIGKILL"}
 _SCHEDULER_STOP = ("ctx_time_limit", "ctx_pbs_walltime", "ctx_lsf_runlimit", "ctx_timeout_124")
 
 

@@ -76,9 +76,22 @@ _BANNER = regex.compile(
 # raised in it, which no process that hung before its first print can show, whatever level it was logged at.
 _FRAME = regex.compile(r'\bFile "[^"\n]+", line \d+, in \S')
 
+# A Python warning's header ("/path/to/module.py:82: UserWarning: ...", on Windows "C:\\...\\x.py:3: ...") and
+# what the program printed on the same line before it. The warning goes to stderr while stdout's last print
+# had no newline yet, so a value the program printed (a loss: "0.767207/usr/.../lr_scheduler.py:82:
+# UserWarning: ...") or a progress bar past zero lands in front of the header: that is training output.
+_WARNING_HEADER = regex.compile(r"(?:[A-Za-z]:\\|/)[^\s:]*\.py:\d+: \w*Warning\b")
+_GLUED_PROGRESS = regex.compile(r"(?:[-+]?\d*\.\d+(?:[eE][-+]?\d+)?|\|\s*[1-9]\d*/\d+ \[[^\]]*\])$")
+
 
 def is_banner_line(line: str) -> bool:
     """True for blank lines, warnings and launcher banners: output that shows no progress."""
+    header = _WARNING_HEADER.search(line)
+    if header is not None:
+        # (an e-mail or markdown quote marker before it is the poster's, not the program's)
+        before = line[:header.start()].strip().lstrip(">").strip()
+        if before and _GLUED_PROGRESS.search(before):
+            return False
     return bool(_BANNER.search(line)) and not _FRAME.search(line)
 
 
