@@ -10,6 +10,7 @@ analysis time, mtimes only while ``run.clock`` says they are the run's own.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -100,12 +101,27 @@ def _tail_evidence(scan: LogScan, lineno: int, line: str) -> Evidence:
     return Evidence(path=scan.path, line=lineno, excerpt=line.strip()[:300], rank=scan.rank)
 
 
+# end_signals per run: four rules ask, and each asking searched every tail line of every log again
+# (a run of thousands of small logs spent ~0.2 s on it). A Run's parsed views never change once read.
+_SIGNALS: weakref.WeakKeyDictionary[Run, list[Signal]] = weakref.WeakKeyDictionary()
+
+
 def end_signals(run: Run) -> list[Signal]:
     """Every recorded trace of the run ending: tracebacks, child failures, exit codes, tail lines.
 
     Not the tracebacks and error lines of background threads printed after the log said training
     finished (:func:`thread_errors_after_finish`): the run had ended by then.
     """
+    try:
+        cached = _SIGNALS.get(run)
+    except TypeError:  # a stand-in without weak references (tests): computed each time
+        return _end_signals(run)
+    if cached is None:
+        cached = _SIGNALS[run] = _end_signals(run)
+    return list(cached)
+
+
+def _end_signals(run: Run) -> list[Signal]:
     cutoff = thread_errors_after_finish(run)
     return [s for s in _all_end_signals(run) if not after_finish(cutoff, s.evidence.path, s.evidence.line)]
 
