@@ -72,6 +72,9 @@ _TABLE_SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "
 # metrics.json (detectron2 writes JSON lines under it), eval_metrics.json, history.json (Keras)
 _METRIC_JSON = re.compile(r"(?i)^(?:.*[_\-.])?metrics(?:[_\-.].*)?\.json$|^history\.json$")
 JSON_SNIFF_BYTES = 16 * 1024  # a JSON-lines log's first record can be longer than SNIFF_BYTES
+# A log-named file that may hold records: a JSON line, or a JSON list whose first item is an object.
+_RECORDS_HEAD = re.compile(rb'\{"|\s*\[\s*\{\s*"')
+_FIRST_LISTED_RECORD = re.compile(rb"\[\s*(\{[^{}]*\})")  # a flat first record (Chainer's LogReport)
 
 # torchrun --log-dir: <log_dir>/<run_id>/attempt_<n>/<local_rank>/{stdout,stderr}.log
 _TORCHRUN_RANK = re.compile(r"(?:^|/)attempt_\d+/(?P<rank>\d+)/(?:stdout|stderr|error)\.(?:log|json)$")
@@ -238,30 +241,34 @@ def _metric_file(rel_path: str, lower: str, suffix: str, head: bytes | None) -> 
         return "mlflow"
     if suffix in (".log", ".txt") and not looks_binary(head):
         # Keras CSVLogger("training.log"), DETR/mmcv JSON-lines "log.txt"
-        return sniff_table_head(head)  # JSON-lines ones are confirmed by the walk (_confirm_jsonl)
+        return sniff_table_head(head)  # JSON-lines ones are confirmed by the walk (_confirm_records)
     return None
 
 
-def _confirm_jsonl(path: str) -> bool:
-    """A ``.log``/``.txt`` whose first line is a JSON object of mostly numbers (a metrics log),
-    not a structured text log (``{"level": "info", "message": ...}``)."""
+def _confirm_records(path: str) -> str | None:
+    """"jsonl" for a ``.log``/``.txt`` whose first line is a JSON object of mostly numbers (a metrics log),
+    "json" for a file holding a JSON list of such records (Chainer's LogReport ``result/log``, ESPnet1's
+    ``results/log``: pretty-printed, no suffix), None for anything else (a structured text log
+    ``{"level": "info", "message": ...}``)."""
     import json
 
     try:
         with open_binary(path) as fh:
-            first = fh.readline(JSON_SNIFF_BYTES)
+            data = fh.read(JSON_SNIFF_BYTES).lstrip()
     except OSError:
-        return False
+        return None
+    listed = _FIRST_LISTED_RECORD.match(data)
+    first, detail = (listed.group(1), "json") if listed else (data.split(b"\n", 1)[0], "jsonl")
     try:
         obj = json.loads(first)
     except ValueError:
-        return False
+        return None
     if not isinstance(obj, dict) or not obj:
-        return False
+        return None
     if any(k in obj for k in ("message", "msg", "event", "levelname", "level")):
-        return False
+        return None
     numbers = sum(isinstance(v, (int, float)) and not isinstance(v, bool) for v in obj.values())
-    return numbers >= max(2, len(obj) // 2)
+    return detail if numbers >= max(2, len(obj) // 2) else None
 
 
 def _refine_trackers(artifacts: list[Artifact]) -> list[Artifact]:
@@ -409,8 +416,10 @@ def _walk(root: Path, limits: WalkLimits, problems: list[str]) -> Iterator[Artif
                 continue
             head, err = _sniff(Path(entry.path)) if st.st_size else (b"", None)
             kind, detail = classify(rel, head)
-            if kind is ArtifactKind.LOG and head and head.startswith(b'{"') and _confirm_jsonl(entry.path):
-                kind, detail = ArtifactKind.METRICS, "jsonl"  # DETR / mmcv JSON-lines "log.txt"
+            if kind is ArtifactKind.LOG and head and _RECORDS_HEAD.match(head):
+                records = _confirm_records(entry.path)  # DETR / mmcv JSON-lines "log.txt", Chainer's "log"
+                if records is not None:
+                    kind, detail = ArtifactKind.METRICS, records
             status = ParseStatus.OK
             note = None
             if err is not None:

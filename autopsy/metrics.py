@@ -59,6 +59,10 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     )
 )
 _PREFIX = re.compile(r"^(train|training|trainer|metrics|charts|scalars)[/.]")
+# Chainer's Reporter names a value by the link that reported it: "main/" is the model under training
+# ("main/loss"), and an Evaluator prefixes its own name ("validation/main/loss"); ESPnet1 and ChainerRL log
+# through it too. The link name is dropped, the evaluator's kept: "loss", "validation/loss".
+_CHAINER_LINK = re.compile(r"^((?:validation|val|eval|test)/)?main/(?=\w)")
 _AGGREGATE = re.compile(r"^(mean|avg|average|averaged)[ _](?=\w)")
 # ... also after the split it was measured on: "val_average loss" (a split-stated line's "average loss",
 # torchaudio's {"name": "validation", "average loss": ...}), "validation mean loss"
@@ -72,7 +76,7 @@ def canonical_metric(tag: str) -> str | None:
     t = tag.strip().lower()
     if not t:
         return None
-    stripped = _PREFIX.sub("", t)
+    stripped = _PREFIX.sub("", _CHAINER_LINK.sub(r"\1", t))
     # an aggregate over the epoch's batches names the same metric ("Mean Training loss", "average loss")
     mean = _SPLIT_AGGREGATE.sub(r"\1", _AGGREGATE.sub("", stripped))
     for candidate in (t, stripped, stripped.replace("/", "_"), mean):

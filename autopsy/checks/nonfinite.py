@@ -38,8 +38,10 @@ SCALER_PATTERNS = ScalerPatterns(
             "deepspeed_min_scale": "DeepSpeed", "fairseq_min_scale": "fairseq"},
 )
 
-# A tag naming a loss: "loss" or "nll" as a word of it (not "loss_scale", "lossless", "closs_rate").
-_LOSS_WORD = re.compile(r"(?:^|[^a-z])(?:loss|losses|nll|xent)(?:$|[^a-z])")  # xent: OpenNMT, Marian, Neural Monkey
+# A tag naming a loss: "loss" or "nll" as a word of it (not "loss_scale", "lossless", "closs_rate"); or a
+# regression error, the loss a regression objective is judged by (XGBoost "train-rmse", Keras "val_mae", CNTK
+# "mse"): NaN there means the predictions are NaN. Not MAPE, which is infinite by definition on a zero target.
+_LOSS_WORD = re.compile(r"(?:^|[^a-z])(?:loss|losses|nll|xent|r?mse|mae)(?:$|[^a-z])")  # xent: OpenNMT, Marian
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _NOT_LOSS = re.compile(r"scale|scaler|weight|coef|ratio|factor|count|num_|_num|skipped")
 
