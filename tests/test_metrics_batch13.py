@@ -3,6 +3,8 @@
 * Chainer's LogReport writes ``result/log`` (ESPnet1: ``exp/*/results/log``): a pretty-printed JSON list of flat
   records with no suffix, named ``main/loss`` / ``validation/main/loss`` by the Reporter's link names. It was read
   as a text log, one value per line, the ``iteration`` lost and ``main/loss`` never the loss.
+* A rate unit printed after its value is that value's unit, not the first word of the next key: Sockeye's
+  ``6.25 updates/sec perplexity=355.576054`` read a series ``updates/sec perplexity``.
 * A regression error (XGBoost ``train-rmse``, Keras ``val_mae``, CNTK ``mse``) is the loss a regression objective
   is judged by; its NaN was not loss-like, so XGBoost's ``[0] eval-rmse:-nan  train-rmse:-nan`` fired nothing.
 """
@@ -18,6 +20,7 @@ from autopsy.api import analyze
 from autopsy.checks.nonfinite import is_loss_like
 from autopsy.discover import discover
 from autopsy.metrics import canonical_metric, split_of
+from autopsy.parsers.metric_values import pairs
 from autopsy.run import load_run
 
 # bitoku/fx_ai result/log@1479076c, the first three of its ten records as Chainer writes them (indent 4)
@@ -100,3 +103,18 @@ def test_a_finite_rmse_series_fires_nothing(tmp_path: Path) -> None:
         f"[{i}]\teval-rmse:{0.9 - 0.05 * i:.6f}\ttrain-rmse:{0.85 - 0.05 * i:.6f}\n" for i in range(8)))
     report = analyze(tmp_path)
     assert report.primary is None
+
+
+@pytest.mark.parametrize("text,want", [
+    # awslabs/sockeye#706: the unit of 6.25 is not part of the perplexity's key
+    ("[INFO:sockeye.training] Epoch[0] Batch [2700]   Speed: 1293.60 samples/sec 36902.07 tokens/sec 6.25 "
+     "updates/sec perplexity=355.576054   accuracy=0.209457", {"perplexity": 355.576054, "accuracy": 0.209457}),
+    # a rate that is itself the key keeps its name
+    ("tokens/sec 200 loss 2.0", {"tokens/sec": 200.0, "loss": 2.0}),
+    ("throughput samples/sec: 38246.62", {"throughput samples/sec": 38246.62}),
+])
+def test_a_rate_unit_after_its_value_is_no_key_word(text: str, want: dict[str, float]) -> None:
+    got = dict(pairs(text))
+    for key, value in want.items():
+        assert got.get(key) == value
+    assert not any(k.startswith("updates/sec ") for k in got)

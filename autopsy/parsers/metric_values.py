@@ -214,11 +214,16 @@ _PROSE = frozenset({"with", "the", "a", "an", "and", "of", "at", "for", "is", "w
                     "than", "into", "over", "per", "as", "be", "will"})
 
 
+# A rate unit printed after its value ("6.25 updates/sec perplexity=355.6": Sockeye, MXNet's Speedometer) is the
+# earlier value's unit, not the first word of the next key.
+_RATE_UNIT = re.compile(r"(?i)[a-z]+/(?:s|sec|second)")
+
+
 def clean_key(key: str) -> str:
-    """A key as a tag: trailing separators dropped, inner whitespace single, leading prose words
-    dropped ("finished with train loss" -> "train loss")."""
+    """A key as a tag: trailing separators dropped, inner whitespace single, leading prose words and
+    rate units dropped ("finished with train loss" -> "train loss", "updates/sec perplexity" -> "perplexity")."""
     words = key.strip(" '\"-|:=").split()
-    while len(words) > 1 and words[0].lower() in _PROSE:
+    while len(words) > 1 and (words[0].lower() in _PROSE or _RATE_UNIT.fullmatch(words[0])):
         words.pop(0)
     return " ".join(words)
 
