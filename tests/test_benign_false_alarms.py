@@ -211,6 +211,41 @@ _KERAS_FROZEN_VAL = "".join(
     f"Epoch {e}/15\n1539/1539 [==============================] - 3427s 2s/step - loss: {t} - val_loss: 0.2000\n"
     for e, t in zip(range(1, 8), ("0.1927", "0.1902", "0.1872", "0.1844", "0.1816", "0.1790", "0.1765"), strict=True))
 
+# ---------------------------------------------------------------- loss.spike: noise by a factor is not a spike
+
+# cvimg_lightning_test_loss_healthy: Lightning CSVLogger train_loss every 50 steps over 5 epochs, falling from 0.635
+# with single batches anywhere between 0.0002 and 0.35 (a small-batch loss scatters by a factor once it is low)
+_CVIMG_LOSS = [float(v) for v in """
+0.635 0.1959 0.3167 0.08673 0.4583 0.06365 0.1512 0.0594 0.094 0.08835 0.3558 0.0455 0.144 0.1703 0.1055 0.03301
+0.06036 0.2175 0.06439 0.01424 0.1097 0.0498 0.2896 0.04513 0.07077 0.1359 0.0132 0.03956 0.03551 0.05869 0.09807
+0.07987 0.02579 0.006099 0.002522 0.09149 0.02116 0.129 0.05698 0.0592 0.0235 0.1295 0.01885 0.009563 0.009111
+0.004168 0.001072 0.04707 0.001199 0.01866 0.02044 0.001282 0.01522 0.08822 0.01403 0.004529 0.02753 0.0309 0.1691
+0.01619 0.003565 0.02103 0.02167 0.2453 0.005017 0.09843 0.002909 0.04601 0.01389 0.008371 0.02859 0.02936 0.006553
+0.001149 0.001263 0.06228 0.003227 0.09914 0.04654 0.008878 0.00494 0.01128 0.008673 0.00342 0.04167 0.05762
+0.001946 0.04347 0.01053 0.1113 0.00799 0.2586 0.01837 0.0007674 0.01754 0.008693 0.0285 0.2725 0.03346 0.02908
+0.001091 0.1793 0.03956 0.05524 0.002882 0.001036 0.04704 0.1431 0.003489 0.00149 0.02079 0.007527 0.0009848
+0.006935 0.005881 0.01531 0.005767 0.01157 0.02001 0.00767 0.1273 0.0004081 0.03479 0.003571 0.001756 0.05738
+0.07304 0.09156 0.0009411 0.1035 0.002024 0.001806 0.001772 0.06862 0.006349 0.000834 0.07745 0.009587 0.007156
+0.006504 0.3498 0.009442 0.006399 0.01605 0.01508 0.002186 0.0004082 0.05694 0.008723 0.002217 0.01745 0.001233
+0.0004697 0.05756 0.002037 0.008046 0.002496 0.007425 0.005696 0.02479 0.0007743 0.001388 0.02348 0.02839 0.00695
+0.000522 0.01473 0.1746 0.005802 0.0002132 0.02199""".split()]
+
+
+def _lightning_csv(values: list[float]) -> str:
+    return "epoch,step,train_loss\n" + "".join(f"{(49 + 50 * i) // 1719},{49 + 50 * i},{v}\n"
+                                              for i, v in enumerate(values))
+
+
+# deeplab_lfov_5_one_step_spike_at_checkpoint: a per-step loss scattering 0.4-1.8 that jumps to 5.1 for one step
+_DEEPLAB_STEPS = ("0.428 0.737 0.711 0.413 0.426 0.469 0.592 0.818 0.890 1.108 1.679 1.788 1.253 1.817 0.940 1.235 "
+                  "1.302 0.942 0.532 0.677 1.077 0.642 1.034 0.751 0.737 0.602 1.115 0.915").split()
+_DEEPLAB = ("".join(f"step {12972 + i} \t loss = {v}, (1.010 sec/step)\n" for i, v in enumerate(_DEEPLAB_STEPS))
+            + "The checkpoint has been created.\nstep 13000 \t loss = 5.128, (5.495 sec/step)\n"
+            "step 13001 \t loss = 0.860, (0.743 sec/step)\n")
+# a steady per-step loss (2.30 +- 3%) that jumps to 7 and stays there: a divergence
+_STEADY_THEN_UP = _lightning_csv([2.3 * (1 + 0.03 * ((i * 7) % 5 - 2)) * (3.0 if i >= 120 else 1.0)
+                                  for i in range(171)])
+
 CASES = [
     # (id, files, rule, fires)
     ("fairseq_overflow_loss_falling", {"train.log": _FAIRSEQ_FALLING}, "loss.nonfinite", False),
@@ -232,6 +267,12 @@ CASES = [
     ("nemo_val_loss_carried_in_epoch", {"train.log": _NEMO_CARRIED}, "loss.plateau", False),
     ("tflearn_val_loss_frozen_across_epochs", {"train.log": _TFLEARN_FROZEN_VAL}, "loss.plateau", True),
     ("keras_val_loss_frozen_across_epochs", {"train.log": _KERAS_FROZEN_VAL}, "loss.plateau", True),
+    ("per_step_loss_noise_by_a_factor", {"metrics.csv": _lightning_csv(_CVIMG_LOSS)}, "loss.spike", False),
+    # the same loss ten times higher from its 121st point on: the level moved, not one batch
+    ("per_step_loss_level_jumps_tenfold", {"metrics.csv": _lightning_csv(
+        [v * (10 if i >= 120 else 1) for i, v in enumerate(_CVIMG_LOSS)])}, "loss.spike", True),
+    ("one_step_jump_on_a_scattering_loss", {"train.log": _DEEPLAB}, "loss.spike", True),
+    ("steady_loss_jumps_and_stays", {"metrics.csv": _STEADY_THEN_UP}, "loss.spike", True),
     # ts_google_hf_27419of27420: global_step 27419 of max_steps 27420, epoch 9.9996 of 10
     ("hf_one_step_short_epochs_ran", {"trainer_state.json": _trainer_state(27419, 27420, 9.99963530269876, 10)},
      "run.incomplete", False),

@@ -27,7 +27,7 @@ from autopsy.checks.series import (
     rounded,
     theil_sen_slope,
 )
-from autopsy.checks.spike_short import brief_loss_spike, short_spike
+from autopsy.checks.spike_short import beyond_log_noise, brief_loss_spike, short_spike
 from autopsy.engine.types import CheckContext, NotEvaluated
 from autopsy.model import Confidence, Evidence, Finding, Severity
 
@@ -115,6 +115,9 @@ def _events(s: Series, ratio: float, ctx: CheckContext, robust_z: float | None) 
         spread = dev.rolling(window, min_periods=min_base).median().shift(1).to_numpy()
         with np.errstate(invalid="ignore"):
             hot &= (s.values - base) >= robust_z * np.maximum(spread, 1e-12)
+        if bool(np.all(s.values > 0)):
+            noise_window = max(window, int(ctx.param("noise_window_points")))
+            hot &= beyond_log_noise(s.values, base, noise_window, min_base, float(ctx.param("loss_log_robust_z")))
     hot &= np.isfinite(base)
     events: list[dict[str, Any]] = []
     i = 0

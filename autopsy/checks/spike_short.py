@@ -5,6 +5,8 @@
 * :func:`brief_loss_spike`: in a long series, an isolated loss jump that training recovered from is
   reported (low confidence) when the loss itself reached ``brief_loss_ratio`` times its running median
   for a point or two: the brief jump a reader of the log sees, which moves no rolling median.
+* :func:`beyond_log_noise`: the running-median test's noise floor in log space, for a positive loss that
+  scatters by a factor.
 """
 
 from __future__ import annotations
@@ -126,3 +128,23 @@ def _loss() -> Any:
     from autopsy.checks import loss
 
     return loss
+
+
+def beyond_log_noise(values: np.ndarray, base: np.ndarray, window: int, min_base: int, z: float) -> np.ndarray:
+    """Points whose ratio to the running median stands out from the ratios the series itself shows.
+
+    A per-step loss of small batches scatters by a factor, not by an amount (0.0004 next to 0.35 once the
+    model is good: a batch's loss is then set by the few hard examples it happens to hold), so deviations are measured
+    in log space, where such noise has a stable spread: the log ratio must exceed ``z`` times the running
+    median of the earlier log ratios, over ``window`` points (at least ``noise_window_points``: a median
+    of 10 absolute log ratios swings by 2x from one window to the next). A loss steady at 2.3 +- 0.05 that
+    jumps to 8 is 1.25 in log against a spread of ~0.02 and fires; a jump by 54x in a series whose points
+    routinely differ by 10x does not.
+    """
+    import pandas as pd
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        log_ratio = np.log(values) - np.log(base)
+    spread = pd.Series(np.abs(log_ratio)).rolling(window, min_periods=min_base).median().shift(1).to_numpy()
+    with np.errstate(invalid="ignore"):
+        return np.nan_to_num(log_ratio, nan=-np.inf) >= z * np.maximum(np.nan_to_num(spread, nan=0.0), 1e-12)
