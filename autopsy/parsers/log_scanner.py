@@ -296,8 +296,11 @@ class LogScanner(BlockContext):
         if rank is not None:
             self.ranks.add(rank)
         lineno = self._lineno(s)
-        pieces = lt.split_glued(text)  # a shell's or scheduler's message glued to a progress bar
+        # a shell's or scheduler's message glued to a progress bar: split only where hits or a traceback
+        # are looked for (most segments are metric lines, which need neither)
+        pieces: list[str] | None = None
         if flags & _PAT or (flags & _TRIG and b"\x1b" in raw):
+            pieces = lt.split_glued(text)
             for piece in pieces:
                 found = self.hits.candidates(piece)
                 if self.hits.exhausted and self.hits.exhausted_at is None:
@@ -344,7 +347,7 @@ class LogScanner(BlockContext):
                     step, wall = self._context(e)
                 else:
                     step = wall = None
-                for piece in pieces:
+                for piece in (pieces if pieces is not None else lt.split_glued(text)):
                     self.tb.feed(lineno, piece, rank, step, wall)
             if self.cf.active or "Failures" in text or "Root Cause" in text:
                 self.cf.feed(lineno, text)

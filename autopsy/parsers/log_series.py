@@ -192,11 +192,24 @@ def _kv_matches(text: str, start: int, rx: re.Pattern[str] | None = None,
             pos = run.end() if run is not None else lm.end()
 
 
+def _is_tag(key: str) -> bool:
+    # the same few keys on every step line of a file: decided once each (a hostile 64 KB "key" is not
+    # kept: 4,096 of them would hold 256 MB)
+    return _short_key_is_tag(key) if len(key) <= 64 else _key_is_tag(key)
+
+
+def _key_is_tag(key: str) -> bool:
+    return not (key.lower() in _NOT_TAGS or SOURCE_FILE.search(key))
+
+
+_short_key_is_tag = lru_cache(maxsize=4096)(_key_is_tag)
+
+
 def _values(text: str, start: int) -> list[tuple[str, float]]:
     values = []
     for km in _kv_matches(text, start):
         key = km.group(1).strip()
-        if key.lower() in _NOT_TAGS or SOURCE_FILE.search(key):
+        if not _is_tag(key):
             continue
         raw = km.group(2).replace(",", "").rstrip("x")
         try:

@@ -22,6 +22,7 @@ timestamps, versions, paths or progress-bar counters (masked by :mod:`metric_val
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -166,6 +167,15 @@ def within_epoch(epoch: int, epoch_total: int | None, step: int, step_total: int
     return not ((epoch - 1) / epoch_total - 1e-9 <= frac <= (epoch + 1) / epoch_total + 1e-9)
 
 
+@lru_cache(maxsize=64)
+def _any_anchor(anchors: tuple[str, ...]) -> Callable[[str], bool]:
+    """Whether a text holds one of ``anchors`` (plain substrings), as one compiled search."""
+    if not anchors:
+        return lambda text: False
+    rx = re.compile("|".join(re.escape(a) for a in sorted(set(anchors), key=len, reverse=True)))
+    return lambda text: rx.search(text) is not None
+
+
 class MetricReader:
     """Reads metric lines of one log; holds its learnt templates and the open block/table/epoch."""
 
@@ -173,8 +183,8 @@ class MetricReader:
         self.known = styles() if known is None else known
         self.enabled = self.known  # styles whose anchors the scanner searches for
         # (enabled, the enabled styles that can claim a step line): claims() runs on every step line
-        self._claimers: tuple[tuple[Style, ...] | None, tuple[tuple[tuple[str, ...], re.Pattern[str]], ...]] = \
-            (None, ())
+        self._claimers: tuple[tuple[Style, ...] | None, tuple[tuple[tuple[str, ...], re.Pattern[str]], ...],
+                              Callable[[str], bool]] = (None, (), _any_anchor(()))
         self.templates: dict[str, tuple[str, ...]] = {}  # template -> its metric keys
         self.epoch: int | None = None  # from the last context line (Keras "Epoch 3/10")
         self.epoch_total: int | None = None  # the largest planned epoch count seen
@@ -266,8 +276,12 @@ class MetricReader:
         leaves the line to it."""
         enabled = self.enabled
         if self._claimers[0] is not enabled:  # ``enabled`` is reassigned by learn() and by the parallel scan
-            self._claimers = (enabled, tuple((s.anchors, s.match) for s in enabled if s.match is not None
-                                             and (s.value_groups or s.dropped_keys is not None)))
+            claimers = tuple((s.anchors, s.match) for s in enabled if s.match is not None
+                             and (s.value_groups or s.dropped_keys is not None))
+            self._claimers = (enabled, claimers, _any_anchor(tuple(a for anchors, _ in claimers for a in anchors)))
+        # one search for any claimer's anchor first: it runs on every step line, where none is the rule
+        if not self._claimers[2](text):
+            return False
         return any(any(a in text for a in anchors) and match.search(text) is not None
                    for anchors, match in self._claimers[1])
 
