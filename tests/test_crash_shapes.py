@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from builders import analyze_text, rules_of
 
-from autopsy.checks.crash_exception import _looks_like_exception
+from autopsy.checks.crash_headless import looks_like_exception as _looks_like_exception
 from autopsy.checks.hang import is_hang_dump, is_stop, waiting_frame
 from autopsy.checks.tb_causes import gate_open
 from autopsy.discover import classify

@@ -30,41 +30,17 @@ from autopsy.checks.common import (
     project_frame,
     rank_phrase,
     recovered,
-    scan_of,
     tb_chain,
     where,
 )
+from autopsy.checks.crash_headless import headless_candidates
 from autopsy.checks.hang import ctrl_c_marked, waiting_frame
-from autopsy.checks.run_state import after_finish, thread_errors_after_finish
-from autopsy.checks.tb_causes import FRAMES_PREFIX, frames_text, gate_open, hit_context, read_before
+from autopsy.checks.run_state import after_finish, is_signal_stop, thread_errors_after_finish, went_on_after
+from autopsy.checks.tb_causes import FRAMES_PREFIX, frames_text, gate_open, hit_context
 from autopsy.engine.types import CheckContext
 from autopsy.model import Confidence, Evidence, Finding
 from autopsy.parsers.log_tracebacks import CUT_OFF
 from autopsy.parsers.types import Hit, PatternSpec, Traceback
-
-# The last line of an uncaught exception: "ValueError: bad value", "AssertionError", "ZeroDivisionError: ...".
-_LAST_LINE_EXC = regex.compile(r"^\s*(?P<exc_type>(?:[A-Za-z_]\w*\.){0,6}[A-Z]\w*)(?:: (?P<message>\S.*))?\s*$")
-# argparse's exit on a bad command line: "usage: train.py [-h] ..." then "train.py: error: unrecognized arguments:
-# -ws 8" (status 2, no traceback). Read only as a log's last line, with its usage line just above.
-_ARGPARSE_ERROR = regex.compile(r"^\s*(?P<prog>[\w.\-]+(?:\.py)?): error: (?P<message>\S.*?)\s*$")
-_ARGPARSE_USAGE = regex.compile(r"^\s*usage: \S")
-_BUILTIN_EXC = frozenset({"AssertionError", "StopIteration", "KeyboardInterrupt", "SystemExit", "RecursionError",
-                          "MemoryError", "EOFError"})
-
-
-_EXC_MODULES = frozenset({"exc", "exceptions", "errors", "error"})
-_MESSAGE_LINES = 40  # lines a multi-line exception message may take below its exception line
-_WRAP_WIDTH = 80  # a line at least this long may have been wrapped by the terminal onto the next one
-_BODY_CHARS = 4000  # of such a message's lines, read by the cards that may explain it
-
-
-def _looks_like_exception(name: str) -> bool:
-    """Its name says so, or the module it comes from does ("torch._dynamo.exc.FailOnRecompileLimitHit")."""
-    module, _, last = name.rpartition(".")
-    return (last.endswith(("Error", "Exception")) or last in _BUILTIN_EXC
-            or bool(_EXC_MODULES.intersection(module.split("."))))
-
-
 
 # ----------------------------------------------------------------------------- crash.exception
 
@@ -202,9 +178,9 @@ def exception(ctx: CheckContext) -> Iterable[Finding]:
             continue  # a stack dump of a process waiting (py-spy, faulthandler): run.stalled's evidence
         if not tb.exc_type and ctrl_c_marked(ctx.run, tb):
             continue  # a Ctrl-C traceback cut before its KeyboardInterrupt line: a user stop, not a crash
-        scan = scan_of(ctx.run, tb.path)
-        if scan is not None and scan.last_step is not None and min_after > 0 \
-                and scan.last_step >= (tb.step if tb.step is not None else 0) + min_after:
+        if is_signal_stop(tb):
+            continue  # an outside SIGTERM/SIGINT surfacing ("... killed by signal: Terminated"): run.incomplete's
+        if went_on_after(ctx.run, tb.path, tb.line_end, tb.step, min_after):
             continue  # caught and logged; training went on
         groups.setdefault(_tb_key(tb), []).append(tb)
     if not groups:
@@ -270,7 +246,8 @@ def _headless(ctx: CheckContext, ignore: set[str], min_after: int,
                 return True
         return False
 
-    candidates = [*ctx.hits.get("headless_exception", ()), *_c10_reports(ctx), *_last_line_exceptions(ctx)]
+    headless = ctx.hits.get("headless_exception", ())
+    candidates = [*headless, *headless_candidates(ctx, headless, ctx.hits.get("c10_error_report", ()))]
     hits = [h for h in candidates
             if (group(h, "exc_type") or "").rsplit(".", 1)[-1] not in ignore
             and not recovered(ctx.run, h, min_after) and not explained(h)]
@@ -285,6 +262,8 @@ def _headless(ctx: CheckContext, ignore: set[str], min_after: int,
         facts["step"] = lead.step
     step = f" at step {lead.step}" if lead.step is not None else ""
     kept = ("libtorch's C++ report of it, no Python traceback" if exc_type == "c10::Error"
+            else "hydra's short report of it (HYDRA_FULL_ERROR unset), not the traceback"
+            if lead.key.endswith("/hydra_report")
             else "only its exception line and the message below it, not the traceback" if group(lead, "multiline")
             else "only its last line, not the traceback")
     msg = (f"The run died of an uncaught {exc_type.rsplit('.', 1)[-1]}: {message[:200]!r}{step} ({where(lead)}); "
@@ -295,70 +274,3 @@ def _headless(ctx: CheckContext, ignore: set[str], min_after: int,
                f"{step} ({where(lead)}); fix the launch command or the options the script defines.")
     return [ctx.finding(msg, key=f"{exc_type.rsplit('.', 1)[-1]}:headless", facts=facts,
                         evidence=evidence_for([lead]), step=lead.step, wall_time=lead.wall_time)]
-
-
-def _c10_reports(ctx: CheckContext) -> list[Hit]:
-    """libtorch's "Exception raised from X at file:line (most recent call first):" with no Python traceback
-    (a .NET / Java / C++ host): the error whose message is the line above it. Left out when that line is
-    already the host's own exception line (a headless_exception hit just above)."""
-    heads = {(h.path, h.lineno) for h in ctx.hits.get("headless_exception", ())}
-    out = []
-    for h in ctx.hits.get("c10_error_report", ()):
-        if any((h.path, h.lineno - d) in heads for d in (1, 2)):
-            continue
-        above = [ln.strip() for ln in read_before(ctx.run, h, 3) if ln.strip()]
-        out.append(Hit(key=h.key, path=h.path, lineno=h.lineno, offset=h.offset, text=h.text,
-                       groups={"exc_type": "c10::Error", "message": above[-1] if above else ""},
-                       rank=h.rank, wall_time=h.wall_time, step=h.step))
-    return out
-
-
-def _message_head(tail: Sequence[tuple[int, str]]) -> tuple[int, str, str] | None:
-    """The exception line of a multi-line message that ends the log: "RuntimeError: Error(s) in loading
-    state_dict for DataParallel:" whose message goes on below it, indented ("\tMissing key(s) in
-    state_dict: ..."), and wrapped by the terminal (a line below one of at least ``_WRAP_WIDTH``
-    characters), with that message's lines joined. None when the log's last lines are not such a
-    continuation."""
-    lines = [(n, line) for n, line in tail if line.strip()][-_MESSAGE_LINES - 1:]
-    for i in range(len(lines) - 2, -1, -1):
-        n, line = lines[i]
-        m = _LAST_LINE_EXC.match(line)
-        if m is not None and _looks_like_exception(m.group("exc_type")):
-            body = lines[i + 1:]
-            if line.rstrip().endswith(":") and body[0][1][:1] in (" ", "\t") and all(
-                    cur[:1] in (" ", "\t") or len(prev.rstrip()) >= _WRAP_WIDTH
-                    for (_, prev), (_, cur) in zip(lines[i:-1], body, strict=True)):
-                return n, line, "\n".join(text for _, text in body)
-            return None
-        if line.lstrip().startswith(("Traceback (most recent call last)", 'File "')):
-            return None
-    return None
-
-
-def _last_line_exceptions(ctx: CheckContext) -> list[Hit]:
-    """A plain "ZeroDivisionError: division by zero" as the last line of a log: what CPython's excepthook
-    prints last, kept without its traceback (a tail, a paste). Only the last line: earlier such lines
-    may have been logged by a program that went on."""
-    out = []
-    for scan in ctx.run.logs:
-        last = next(((n, line) for n, line in reversed(scan.tail) if line.strip()), None)
-        if last is None:
-            continue
-        head = _message_head(scan.tail)
-        if head is not None:
-            last = head[:2]
-        m = _LAST_LINE_EXC.match(last[1])
-        a = _ARGPARSE_ERROR.match(last[1])
-        if a is not None and any(_ARGPARSE_USAGE.match(line) for n, line in scan.tail if last[0] - 4 <= n < last[0]):
-            out.append(Hit(key=f"{ctx.card.id}/last_line_exception", path=scan.path, lineno=last[0], offset=-1,
-                           text=last[1], groups={"exc_type": "argparse.ArgumentError", "message": a.group("message"),
-                                                 "prog": a.group("prog")},
-                           rank=scan.rank, step=scan.last_step))
-        elif m is not None and _looks_like_exception(m.group("exc_type")):
-            groups = {k: v for k, v in m.groupdict().items() if v is not None}
-            if head is not None:
-                groups["multiline"] = "yes"
-                groups["body"] = head[2][:_BODY_CHARS]
-            out.append(Hit(key=f"{ctx.card.id}/last_line_exception", path=scan.path, lineno=last[0], offset=-1,
-                           text=last[1], groups=groups, rank=scan.rank, step=scan.last_step))
-    return out

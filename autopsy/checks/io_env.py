@@ -54,7 +54,7 @@ def not_found(ctx: CheckContext) -> Iterable[Finding]:
     return line_rule(ctx, names=("checkpoint_not_found", "lightning_ckpt_not_found", "hf_missing_file",
                                  "hf_no_file_in_dir", "hf_repo_not_found", "hf_repository_error",
                                  "tokenizer_not_found", "file_not_found",
-                                 "errno_2", "python_cannot_open", "shell_not_found"),
+                                 "errno_2", "python_cannot_open", "shell_not_found", "missing_path_message"),
                      message=message, facts=facts, key=key, skip=skip)
 
 
@@ -144,6 +144,9 @@ def env_cuda(ctx: CheckContext) -> Iterable[Finding]:
             out["kind"] = "arch_not_in_build"
             if "hipErrorNoBinaryForGpu" in hit.text:
                 out["platform"] = "rocm"
+        elif group(hit, "needed") or group(hit, "needed_min"):
+            out["kind"] = "cuda_too_old"
+            out["cuda_needed"] = group(hit, "needed") or group(hit, "needed_min")
         elif "driver" in hit.text.lower():
             out["kind"] = "driver"
         elif "not compiled" in hit.text or "is_available() is False" in hit.text:
@@ -165,6 +168,9 @@ def env_cuda(ctx: CheckContext) -> Iterable[Finding]:
             what = f"the NVIDIA driver is too old for this PyTorch/CUDA build{drv}"
         elif kind == "cpu_only_build":
             what = "PyTorch has no usable CUDA (CPU-only build or no GPU) but the run needs it"
+        elif kind == "cuda_too_old":
+            what = (f"the installed CUDA is older than an operation of the run needs (CUDA {f.get('cuda_needed')} or "
+                    "newer): upgrade the CUDA toolkit/driver, or turn the feature off")
         elif kind == "cuda_version_mismatch":
             what = f"the CUDA toolkit ({f.get('detected')}) differs from PyTorch's ({f.get('torch_cuda')})"
         else:
@@ -178,5 +184,5 @@ def env_cuda(ctx: CheckContext) -> Iterable[Finding]:
                                  "deserialize_on_cpu", "cuda_version_mismatch", "no_driver", "no_gpus", "devices_busy",
                                  "no_device",
                                  "gpu_required", "bf16_unsupported", "cuda_init", "device_count_error",
-                                 "arch_unsupported", "hip_no_binary"),
+                                 "arch_unsupported", "hip_no_binary", "cuda_too_old_for_feature"),
                      message=message, facts=facts, key=key)

@@ -259,6 +259,11 @@ def _long_plateau(ctx: CheckContext) -> list[Finding]:
         # TD loss grows with the value estimates). "Stopped improving" would misdescribe it; a training
         # loss that diverged is loss.spike's to judge.
         return []
+    if abs(final_win) <= float(ctx.param("fitted_loss_level")) and float(np.ptp(s.values)) > 0:
+        # At zero (at the printing's resolution: "Loss: 0.0000" with the odd 0.0300) there is nothing left to
+        # improve: the model fits its (few-shot, small) training set. A loss exactly 0 at every point is left
+        # to the frozen checks: a loss that cannot move at all is a bug, not a fit.
+        return []
     mid = mid_run_start(run, s)
     if mid is not None:
         # "never learned much" compares the end with the start of training; an excerpt that begins

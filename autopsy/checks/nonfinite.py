@@ -241,6 +241,11 @@ def _judge(ctx: CheckContext, s: Series, *, key: str, loss_ok: bool, also: list[
     max_transient = int(ctx.param("max_transient_points"))
     first = int(np.argmax(bad))
     n_bad = int(bad.sum())
+    if first == 0 and not bad[n_bad:].any() and len(s) - n_bad >= int(ctx.param("leading_placeholder_min_finite")):
+        # Non-finite only in its first points, then finite for good: a placeholder printed before the first
+        # update (an RL loop's "loss=nan" while its replay buffer fills, a logger's nan before any loss was
+        # computed). A diverged model does not come back: its NaN weights keep the loss NaN.
+        return None
     tail_ok = bool(np.isfinite(s.values[-1]))
     recovered = tail_ok and (n_bad <= max_transient or n_bad <= float(ctx.param("max_transient_fraction")) * len(s))
     # fp16/AMP: the scaler skips a step whose gradients overflowed and logs its grad norm as

@@ -16,18 +16,34 @@ from dataclasses import dataclass
 import numpy as np
 import regex
 
+from autopsy.checks.common import tb_chain
 from autopsy.checks.hang import ctrl_c_marked
+from autopsy.checks.run_progress import trained_after as trained_after
+from autopsy.checks.run_progress import went_on_after as went_on_after
 from autopsy.clock import ERROR_LINE, TERMINATION_LINE
 from autopsy.model import ArtifactKind, Evidence
-from autopsy.parsers.log_store import MAX_STEP, SeriesStore
 from autopsy.parsers.types import Checkpoint, LogScan, Traceback
 from autopsy.run import Run
 
 # Exit statuses that mean "stopped from outside" rather than "failed": SIGTERM (143, -15 as
 # Python's subprocess reports it, 15 as torchrun's signal number) and SIGINT (130, -2).
 TERMINATION_EXIT_CODES = frozenset({143, -15, 15, 130, -2})
-# Exceptions that are how a stop request surfaces in Python, not errors of the program.
-TERMINATION_EXCEPTIONS = ("KeyboardInterrupt", "SignalException", "SystemExit")
+# Exceptions that are how a stop request surfaces in Python, not errors of the program (Lightning
+# raises SIGTERMException from its signal connector when it is told to stop on SIGTERM).
+TERMINATION_EXCEPTIONS = ("KeyboardInterrupt", "SignalException", "SystemExit", "SIGTERMException")
+# An exception whose message says a process of the run was ended by SIGTERM or SIGINT: torch's
+# DataLoader ("DataLoader worker (pid 4020138) is killed by signal: Terminated.", from
+# torch/utils/data/_utils/signal_handling.py, the signal's strsignal name) when the process group is
+# stopped from outside (scancel, a kill, a time limit's SIGTERM). The stop, not a crash: the workers
+# die with the main process. SIGKILL ("Killed") and faults ("Segmentation fault", "Bus error") are not.
+_SIGNAL_STOP_MESSAGE = regex.compile(r"\bkilled by signal: (?:Terminated|Interrupt)\b")
+
+
+def is_signal_stop(tb: Traceback) -> bool:
+    """A traceback that is how an outside SIGTERM/SIGINT surfaced: a termination exception, or an
+    exception saying a process of the run was killed by one (the DataLoader's report of its workers)."""
+    return (tb.exc_type.rsplit(".", 1)[-1] in TERMINATION_EXCEPTIONS
+            or bool(tb.exc_type and _SIGNAL_STOP_MESSAGE.search(tb.message)))
 
 
 # What a training program prints once its loop is over: it ended by itself, not cut short. Read only
@@ -129,7 +145,7 @@ def _end_signals(run: Run) -> list[Signal]:
 def _all_end_signals(run: Run) -> list[Signal]:
     out: list[Signal] = []
     for tb in run.all_tracebacks:
-        term = tb.exc_type.rsplit(".", 1)[-1] in TERMINATION_EXCEPTIONS or (not tb.exc_type and ctrl_c_marked(run, tb))
+        term = is_signal_stop(tb) or (not tb.exc_type and ctrl_c_marked(run, tb))
         out.append(Signal("traceback", f"{tb.exc_type}: {tb.message}"[:300],
                           Evidence(path=tb.path, line=tb.line_start, line_end=tb.line_end,
                                    excerpt=f"{tb.exc_type}: {tb.message}"[:300], rank=tb.rank), term))
@@ -145,6 +161,9 @@ def _all_end_signals(run: Run) -> list[Signal]:
                           code in TERMINATION_EXIT_CODES))
     # the header lines of tracebacks cut before their exception line that a stop marks (hang.marked_stop)
     stop_heads = {(tb.path, tb.line_start) for tb in run.all_tracebacks if not tb.exc_type and ctrl_c_marked(run, tb)}
+    # the lines of tracebacks that are an outside stop surfacing (is_signal_stop): their exception lines are the stop's
+    stop_spans = [(t.path, t.line_start, t.line_end) for tb in run.all_tracebacks if is_signal_stop(tb)
+                  for t in tb_chain(tb)]
     for scan in run.logs:
         for lineno, line in scan.tail:
             if TERMINATION_LINE.search(line):  # the lines autopsy.clock reads to tell that a process ended
@@ -152,34 +171,10 @@ def _all_end_signals(run: Run) -> list[Signal]:
             elif ERROR_LINE.search(line.strip()):
                 # "^CTraceback (most recent call last):", or a header right below torchrun's relay of the
                 # user's SIGINT: the header of a stop's traceback, not of a crash
-                out.append(Signal("error_line", line.strip()[:300], _tail_evidence(scan, lineno, line),
-                                  line.lstrip().startswith("^C") or (scan.path, lineno) in stop_heads))
+                stop = line.lstrip().startswith("^C") or (scan.path, lineno) in stop_heads or any(
+                    p == scan.path and a <= lineno <= b for p, a, b in stop_spans)
+                out.append(Signal("error_line", line.strip()[:300], _tail_evidence(scan, lineno, line), stop))
     return out
-
-
-def trained_after(run: Run, path: str | None, line: int | None) -> bool:
-    """True when the log ``path`` logged a training step past the one reached at ``line``, on a later line.
-
-    A kill or error line that training went on after did not end the run: the process it names was a
-    helper (a checkpoint converter, an evaluation child process), or the error was caught.
-    """
-    if path is None or line is None:
-        return False
-    scan = next((s for s in run.logs if s.path == path), None)
-    if scan is None or scan.last_step is None or not len(scan.series):
-        return False
-    series = scan.series
-    # (a SeriesStore keeps its columns as arrays, a step-less point as a sentinel below -MAX_STEP; a plain
-    # list of points is read point by point)
-    if isinstance(series, SeriesStore):
-        steps = np.asarray(series.step, dtype=np.int64)
-        lines = np.asarray(series.lineno, dtype=np.int64)
-    else:
-        steps = np.asarray([p.step if p.step is not None else -MAX_STEP for p in series], dtype=np.int64)
-        lines = np.asarray([p.lineno for p in series], dtype=np.int64)
-    known = steps > -MAX_STEP
-    before, after = steps[known & (lines <= line)], steps[known & (lines > line)]
-    return bool(len(after)) and (not len(before) or int(after.max()) > int(before.max()))
 
 
 def exited_cleanly(run: Run) -> bool:
