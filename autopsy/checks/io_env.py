@@ -149,6 +149,8 @@ def env_cuda(ctx: CheckContext) -> Iterable[Finding]:
             out["cuda_needed"] = group(hit, "needed") or group(hit, "needed_min")
         elif "driver" in hit.text.lower():
             out["kind"] = "driver"
+        elif "Not compiled with" in hit.text:
+            out["kind"] = "extension_cpu_only"
         elif "not compiled" in hit.text or "is_available() is False" in hit.text:
             out["kind"] = "cpu_only_build"
         elif "mismatches" in hit.text:
@@ -168,6 +170,9 @@ def env_cuda(ctx: CheckContext) -> Iterable[Finding]:
             what = f"the NVIDIA driver is too old for this PyTorch/CUDA build{drv}"
         elif kind == "cpu_only_build":
             what = "PyTorch has no usable CUDA (CPU-only build or no GPU) but the run needs it"
+        elif kind == "extension_cpu_only":
+            what = ("a compiled extension was built without its CUDA kernels and a GPU tensor reached it: rebuild "
+                    "it against the installed CUDA (FORCE_CUDA=1) or install its CUDA wheel")
         elif kind == "cuda_too_old":
             what = (f"the installed CUDA is older than an operation of the run needs (CUDA {f.get('cuda_needed')} or "
                     "newer): upgrade the CUDA toolkit/driver, or turn the feature off")
@@ -184,5 +189,6 @@ def env_cuda(ctx: CheckContext) -> Iterable[Finding]:
                                  "deserialize_on_cpu", "cuda_version_mismatch", "no_driver", "no_gpus", "devices_busy",
                                  "no_device",
                                  "gpu_required", "bf16_unsupported", "cuda_init", "device_count_error",
-                                 "arch_unsupported", "hip_no_binary", "cuda_too_old_for_feature"),
+                                 "arch_unsupported", "hip_no_binary", "cuda_too_old_for_feature",
+                                 "extension_not_compiled"),
                      message=message, facts=facts, key=key)

@@ -371,9 +371,14 @@ def incomplete(ctx: CheckContext) -> Iterable[Finding]:
             return []  # no planned count, but the program said its training finished (Lightning's max_epochs)
         raise NotEvaluated("no planned step count (max_steps) or epoch count (epochs, 'Epoch N/M') "
                            "and no termination line")
-    if reached_plan(run) or (epochs is not None and epochs.reached):
+    restarted = bool(hits) and _restarted_short(run)
+    if (reached_plan(run) and not restarted) or (epochs is not None and epochs.reached):
         return []
+    if restarted:  # the counter's final position, not the earlier pass's total
+        last = max(scan.last_step for scan in run.logs if scan.last_step is not None)
     facts: dict[str, object] = {"last_step": last, "max_steps": planned}
+    if restarted:
+        facts["progress_restarted"] = True
     if planned and last is not None:
         facts["fraction_done"] = round(last / planned, 4)
     if epochs is not None:
@@ -439,6 +444,18 @@ def incomplete(ctx: CheckContext) -> Iterable[Finding]:
     key = f"run.incomplete:{facts.get('termination', 'unknown')}"
     return [ctx.finding(f"The run ended {done}: {how}{resume}.", key=key,
                         facts=facts, evidence=ev, confidence=confidence, step=last, severity=severity)]
+
+
+def _restarted_short(run: Run) -> bool:
+    """Every log's progress ended short of the plan that an earlier pass reached: the counter started
+    over (a second round of workers' bars, the next loop over the same total) before the stop.
+
+    The highest step reached the planned count, so the plan alone says "finished"; with a termination
+    line after the restarted counter, the stop ended the later pass (a time limit glued to a redraw of
+    8/25 after every bar once showed 25/25)."""
+    planned = run.max_steps
+    finals = [scan.last_step for scan in run.logs if scan.last_step is not None]
+    return planned is not None and bool(finals) and all(f < planned for f in finals)
 
 
 def _outlived(sig: Signal, signals: list[Signal]) -> bool:

@@ -310,6 +310,8 @@ _CUSTOM_UNIT = re.compile(r"\d(?:\s?)[A-Za-z]{1,12}/s[,\]]")
 _POSTFIX_KV = re.compile(r"([A-Za-z_][\w/.\-]*)=(" + _NUM_BAR + r")(?![\w.])")
 # Lightning's bar description ("Epoch 3: 45%|...") counts epochs from 0; "Epoch 1/10" does not.
 _EPOCH = re.compile(r"\bEpoch\s+(\d+)\b(?!\s*/)")
+# A bar described only as the epoch loop ("Epochs", "Epoch", "Training epochs"), with no epoch number.
+_EPOCHS_ONLY = re.compile(r"(?i)\W*(?:train(?:ing)?\W+)?epochs?\W*$")
 # Bars that are not the training loop: loading, preprocessing, evaluation, downloads.
 _NOT_TRAINING = re.compile(
     r"load|map|download|generat|token|filter|eval|valid|predict|fetch|shard|test|extract|convert"
@@ -430,7 +432,9 @@ def _bar_from(best: re.Match[str]) -> Bar:
         except ValueError:
             continue
     desc_rest = _EPOCH.sub("", desc)
-    training = not _NOT_TRAINING.search(desc_rest)
+    # An outer loop over epochs (``trange(epochs, desc="Epochs")``: "Epochs:   1%| 1/126 [00:59<2:03:53,
+    # 59.47s/it]") counts epochs, not steps: its total is no step plan for the inner batch bar's steps.
+    training = not _NOT_TRAINING.search(desc_rest) and not _EPOCHS_ONLY.match(desc)
     total = int(best.group("total")) if best.group("total") else None
     if total is not None and total >= MAX_STEP:
         total = None
