@@ -245,6 +245,9 @@ def _metric_file(rel_path: str, lower: str, suffix: str, head: bytes | None) -> 
     return None
 
 
+_RECORD_LIST_END = re.compile(rb"\}\s*\]\s*\Z")
+
+
 def _confirm_records(path: str) -> str | None:
     """"jsonl" for a ``.log``/``.txt`` whose first line is a JSON object of mostly numbers (a metrics log),
     "json" for a file holding a JSON list of such records (Chainer's LogReport ``result/log``, ESPnet1's
@@ -268,7 +271,26 @@ def _confirm_records(path: str) -> str | None:
     if any(k in obj for k in ("message", "msg", "event", "levelname", "level")):
         return None
     numbers = sum(isinstance(v, (int, float)) and not isinstance(v, bool) for v in obj.values())
-    return detail if numbers >= max(2, len(obj) // 2) else None
+    if numbers < max(2, len(obj) // 2):
+        return None
+    if detail == "json" and not _ends_a_record_list(path):
+        # a log that opens with a JSON list (a hyper-parameter dump) and goes on with step lines and a
+        # traceback is a log: read as a table it would fail to parse and never be scanned
+        return None
+    return detail
+
+
+def _ends_a_record_list(path: str) -> bool:
+    """The file's last non-blank bytes close a list of records ("}" then "]"), as a whole JSON list does."""
+    try:
+        with open_binary(path) as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - 256))
+            tail = fh.read(256)
+    except OSError:
+        return False
+    return _RECORD_LIST_END.search(tail) is not None
 
 
 def _refine_trackers(artifacts: list[Artifact]) -> list[Artifact]:

@@ -246,6 +246,10 @@ _DEEPLAB = ("".join(f"step {12972 + i} \t loss = {v}, (1.010 sec/step)\n" for i,
 _STEADY_THEN_UP = _lightning_csv([2.3 * (1 + 0.03 * ((i * 7) % 5 - 2)) * (3.0 if i >= 120 else 1.0)
                                   for i in range(171)])
 
+# a supervised run's loss (Lightning's CSVLogger layout) rising smoothly from 2.0 to 5.0 over 200 steps, then flat
+# for 200: it got worse and stayed there (a reviewer's case; with the rise left unjudged it gave no finding at all)
+_SUPERVISED_ROSE = _lightning_csv([2.0 + 3.0 * min(i, 199) / 199 + 0.01 * ((i * 7) % 5 - 2) for i in range(400)])
+
 CASES = [
     # (id, files, rule, fires)
     ("fairseq_overflow_loss_falling", {"train.log": _FAIRSEQ_FALLING}, "loss.nonfinite", False),
@@ -264,6 +268,7 @@ CASES = [
     ("main_thread_error_after_end_training", {"train.out": _MAIN_AFTER_END}, "crash.exception", True),
     ("rl_sessions_loss_rising", {"train_log.txt": _dqn_log(_DQN_SESSIONS)}, "loss.plateau", False),
     ("rl_session_loss_flat", {"train_log.txt": _DQN_FLAT}, "loss.plateau", True),
+    ("supervised_loss_rose_and_stayed", {"metrics.csv": _SUPERVISED_ROSE}, "loss.plateau", True),
     ("nemo_val_loss_carried_in_epoch", {"train.log": _NEMO_CARRIED}, "loss.plateau", False),
     ("tflearn_val_loss_frozen_across_epochs", {"train.log": _TFLEARN_FROZEN_VAL}, "loss.plateau", True),
     ("keras_val_loss_frozen_across_epochs", {"train.log": _KERAS_FROZEN_VAL}, "loss.plateau", True),

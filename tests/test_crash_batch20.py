@@ -124,6 +124,13 @@ _LOSS_GLUED_TO_WARNING = (
     ("(base) zaheer$: /Users/zaheer/.pyenv/versions/3.10.6/lib/python3.10/multiprocessing/resource_tracker.py:224: "
      "UserWarning:", True),
     ("venv/lib/python3.8/site-packages/jax/_src/lib/xla_bridge.py:429: UserWarning:", True),
+    # a logging format whose time ends in ".980" and a blank before the warning: layout, not a glued value
+    ("2023-07-31 11:08:28.980 /home/user/.venv/lib/python3.10/site-packages/torch/optim/lr_scheduler.py:82: "
+     "UserWarning: Detected call of", True),
+    # a crafted line: thousands of digits before the header (the float test is tried on its last 120 characters)
+    ("1" * 4060 + "x/a.py:1: UserWarning: w", True),
+    ("1" * 4060 + "/a.py:1: UserWarning: w", True),
+    ("1" * 4060 + ".5/a.py:1: UserWarning: w", False),
 ])
 def test_output_glued_before_a_warning_header(line: str, banner: bool) -> None:
     assert is_banner_line(line) is banner

@@ -58,6 +58,12 @@ def test_chainer_logreport_list_is_a_metric_table(tmp_path: Path) -> None:
     ("log", json.dumps([{"level": "info", "message": "started", "pid": 3}], indent=4)),
     # a JSON list of strings
     ("log", json.dumps(["epoch 1 done", "epoch 2 done"], indent=4)),
+    # a log that opens with its hyper-parameters as a JSON list of numbers, then trains and crashes (a reviewer's
+    # case: read as a table, it failed to parse and the CUDA error below was never scanned)
+    ("train.log", '[{"lr": 0.001, "momentum": 0.9, "weight_decay": 0.0001}]\n'
+     + "".join(f"step {i} | loss {2.0 - i / 100:.3f}\n" for i in range(50))
+     + "Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n"
+     "RuntimeError: CUDA error: an illegal memory access was encountered\n"),
 ])
 def test_bracketed_text_and_event_lists_stay_logs(tmp_path: Path, name: str, text: str) -> None:
     (tmp_path / name).write_text(text)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import regex
 
+from autopsy.checks.plateau_rose import rose
 from autopsy.checks.series import (
     Series,
     as_float,
@@ -255,10 +256,8 @@ def _long_plateau(ctx: CheckContext) -> list[Finding]:
     if learned or (below_chance and drop_fraction > 0):
         return []  # a converged run: it learned first, then flattened
     if initial > 0 and final > float(ctx.param("diverged_factor")) * initial:
-        # Not stuck: it rose (27.5 at the end of a file of appended RL sessions vs 8.2 at its start; an RL
-        # TD loss grows with the value estimates). "Stopped improving" would misdescribe it; a training
-        # loss that diverged is loss.spike's to judge.
-        return []
+        # Not stuck: it rose. Said as such, except for a reinforcement-learning loss (plateau_rose).
+        return rose(ctx, run, s, initial, final, (int(win.steps[0]), int(win.steps[-1])), facts, ev)
     if abs(final_win) <= float(ctx.param("fitted_loss_level")) and float(np.ptp(s.values)) > 0:
         # At zero (at the printing's resolution: "Loss: 0.0000" with the odd 0.0300) there is nothing left to
         # improve: the model fits its (few-shot, small) training set. A loss exactly 0 at every point is left

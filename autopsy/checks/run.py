@@ -88,9 +88,12 @@ def is_banner_line(line: str) -> bool:
     """True for blank lines, warnings and launcher banners: output that shows no progress."""
     header = _WARNING_HEADER.search(line)
     if header is not None:
-        # (an e-mail or markdown quote marker before it is the poster's, not the program's)
-        before = line[:header.start()].strip().lstrip(">").strip()
-        if before and _GLUED_PROGRESS.search(before):
+        # Glued means touching: a blank before the header is a logger's layout ("2023-07-31 11:08:28.980
+        # /x.py:3: UserWarning"), not a print without a newline. Only the last 120 characters are tried
+        # (a value or a bar's end is shorter): the float alternative, retried at every offset, is quadratic
+        # on a run of digits. (An e-mail or markdown quote marker before the value needs no stripping.)
+        before = line[max(0, header.start() - 120):header.start()]
+        if before and not before[-1].isspace() and _GLUED_PROGRESS.search(before):
             return False
     return bool(_BANNER.search(line)) and not _FRAME.search(line)
 

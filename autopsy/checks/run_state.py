@@ -54,7 +54,7 @@ def is_signal_stop(tb: Traceback) -> bool:
 COMPLETION_LINE = regex.compile(
     r"(?i:\b(?:training|fine-?tuning)\s+(?:is\s+|has\s+)?(?:completed?|finished|done|ended)\b"
     r"|\b(?:finish(?:ed)?|done|end(?: of)?|completed?)\s+(?:the\s+)?training\b(?!\s+steps?\b)"
-    r"|\boptimization (?:finished|done)\b|\d+ epochs completed in\b)"
+    r"|\boptimization (?:finished|done)\b|(?<!\d)\d+ epochs completed in\b)"
     r"|`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached"
 )
 

@@ -1,0 +1,46 @@
+"""loss.plateau's "rose" mode: a training loss that ended well above where it started.
+
+A supervised loss that more than doubled and stayed there did not improve: the run got worse
+(a learning rate too high, a resume that loaded the wrong state, data or labels that changed
+mid-run). A reinforcement-learning loss is different: a DQN's TD loss grows with its value
+estimates, and several sessions appended to one file restart it. Such a log says what it is on the
+loss's own lines ("Episode 12/500 | ... | Loss: 2.06 | ε: 0.31"), and then the rise is not judged.
+"""
+
+from __future__ import annotations
+
+import regex
+
+from autopsy.checks.series import Series
+from autopsy.engine.types import CheckContext
+from autopsy.model import Confidence, Evidence, Finding
+from autopsy.run import Run
+
+# Words only a reinforcement-learning loop prints beside its loss: episodes, exploration rate, rewards.
+_RL_WORDS = regex.compile(r"(?i)\bepisodes?\b|\bepsilon\b|ε|\brewards?\b|\bep_?rew|\bq[_-]?values?\b")
+
+
+def reinforcement_learning_lines(run: Run, s: Series) -> bool:
+    """Some kept line of the series' log carries both its loss key and a reinforcement-learning word."""
+    key = s.tag.lower()
+    for scan in run.logs:
+        if scan.path != s.path:
+            continue
+        lines = list(scan.head) + [line for _, line in scan.tail]
+        return any(key in line.lower() and _RL_WORDS.search(line) for line in lines)
+    return False
+
+
+def rose(ctx: CheckContext, run: Run, s: Series, initial: float, final: float, window_steps: tuple[int, int],
+         facts: dict[str, object], ev: list[Evidence]) -> list[Finding]:
+    """The finding for a loss that rose past ``diverged_factor`` times its start, or none for an RL loss."""
+    if reinforcement_learning_lines(run, s):
+        return []
+    facts["mode"] = "rose"
+    facts["rise_factor"] = round(final / initial, 3)
+    msg = (f"The loss rose and did not come back down: {final:.4g} at the end vs {initial:.4g} at the start "
+           f"({final / initial:.1f}x), flat over steps {window_steps[0]}..{window_steps[1]}: the run got worse, "
+           "not better (a learning rate too high, a resume that loaded the wrong state, data or labels that "
+           "changed mid-run).")
+    return [ctx.finding(msg, key="loss.plateau:rose", facts=facts, evidence=ev, step=int(window_steps[0]),
+                        confidence=Confidence.MEDIUM)]
