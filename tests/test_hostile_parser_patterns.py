@@ -59,6 +59,7 @@ ALLOWED: dict[str, tuple[str, str]] = {
     "ts_columns._OPENS": ("anchored", "\\s*\\{ at the array's start"),
     "ts_columns._CLOSES": ("anchored", "on the last 65 bytes of the array only (scan_history)"),
     "metric_values._RATE_UNIT": ("anchored", "fullmatch on one whitespace-free word of a key (clean_key)"),
+    "log_series._EPOCHS_ONLY": ("anchored", "match on a bar's description; leading \\W* then literals"),
     "log_context._BAR_FAST": ("bounded", "searched in buf[max(s, q - 80):q + 5]: at most 85 bytes"),
     "log_fast._BAR_AT": ("bounded", "matched in buf[sb:q + 5] with q - sb <= _BAR_LOOKBACK (80): 85 bytes"),
     "log_text._KERAS_REDRAW": ("measured", "ANSI groups start with ESC, digits after: " + _MEASURED),
