@@ -19,6 +19,7 @@ from pathlib import Path
 from autopsy.model import Artifact, ArtifactKind, ParseStatus
 from autopsy.parsers.checkpoint_formats import raw_data_bin
 from autopsy.parsers.metric_tables import sniff_table_head
+from autopsy.parsers.py_config import looks_like_py_dump
 from autopsy.parsers.safe_open import open_binary
 from autopsy.parsers.tracker_stores import sniff_mlflow_metric
 
@@ -70,7 +71,8 @@ _EXIT_CODE_NAMES = frozenset({"exit_code", "exitcode", "returncode", "return_cod
 _NANOCHAT_META = re.compile(r"^meta_\d+\.json$")
 _TABLE_SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 # metrics.json (detectron2 writes JSON lines under it), eval_metrics.json, history.json (Keras)
-_METRIC_JSON = re.compile(r"(?i)^(?:.*[_\-.])?metrics(?:[_\-.].*)?\.json$|^history\.json$")
+# mmengine's LocalVisBackend writes vis_data/scalars.json (JSON lines, one per log interval)
+_METRIC_JSON = re.compile(r"(?i)^(?:.*[_\-.])?metrics(?:[_\-.].*)?\.json$|^history\.json$|^scalars\.json$")
 JSON_SNIFF_BYTES = 16 * 1024  # a JSON-lines log's first record can be longer than SNIFF_BYTES
 # A log-named file that may hold records: a JSON line, or a JSON list whose first item is an object.
 _RECORDS_HEAD = re.compile(rb'\{"|\s*\[\s*\{\s*"')
@@ -181,6 +183,8 @@ def classify(rel_path: str, head: bytes | None) -> tuple[ArtifactKind, str | Non
         return ArtifactKind.CHECKPOINT_FILE, "meta"
     if suffix in _LAUNCH_SUFFIXES:
         return ArtifactKind.LAUNCH_SCRIPT, None
+    if suffix == ".py" and head is not None and looks_like_py_dump(head):
+        return ArtifactKind.CONFIG, "py_dump"  # OpenMMLab's dumped config (vis_data/config.py)
     if suffix in _CONFIG_SUFFIXES:
         if lower in _NOT_CONFIG_JSON:
             return ArtifactKind.OTHER, None

@@ -176,6 +176,11 @@ def plateau(ctx: CheckContext) -> Iterable[Finding]:
     from autopsy.checks.plateau_short import short_plateau
 
     train = load_series(ctx.run, "loss")
+    if train is not None and takes_both_signs(train):
+        f = train.finite().values
+        raise NotEvaluated(f"the training loss '{train.tag}' takes both signs ({float(f.min()):.4g} .. "
+                           f"{float(f.max()):.4g}): a signed objective (an RL policy loss with its entropy "
+                           "bonus, a log-likelihood) has no floor at 0, so a drop relative to its size says nothing")
     too_short = train is None or len(train.finite()) < int(ctx.param("min_points"))
     try:
         found = _long_plateau(ctx)
@@ -186,6 +191,15 @@ def plateau(ctx: CheckContext) -> Iterable[Finding]:
         raise NotEvaluated(f"{e}; no loss-like series is frozen or saturated, and none logged from the run's "
                            "start never improved") from None
     return found or short_plateau(ctx, train_too_short=too_short)
+
+
+def takes_both_signs(s: Series) -> bool:
+    """A loss series with clearly negative and clearly positive points: an objective that crosses zero
+    (SB3 PPO's ``train/loss`` = policy-gradient loss + value loss - entropy bonus: -0.0077 at the start,
+    0.0039 at the end), whose "improvement" relative to its own size is meaningless. A loss printed as
+    ``-0.0`` is not negative."""
+    f = s.finite().values
+    return bool(len(f)) and float(f.min()) < 0 < float(f.max())
 
 
 def _long_plateau(ctx: CheckContext) -> list[Finding]:

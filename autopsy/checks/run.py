@@ -14,6 +14,7 @@ from collections.abc import Iterable
 import regex
 
 from autopsy.checks.common import final_tracebacks
+from autopsy.checks.early_stop import early_stopped
 from autopsy.checks.hang import (
     interrupted_hang_finding,
     interrupted_waits,
@@ -377,6 +378,8 @@ def incomplete(ctx: CheckContext) -> Iterable[Finding]:
     restarted = bool(hits) and _restarted_short(run)
     if (reached_plan(run) and not restarted) or (epochs is not None and epochs.reached):
         return []
+    if not hits and not term_codes and early_stopped(run) is not None:
+        return []  # its early-stopping callback ended it: the best validation value is patience epochs back
     if restarted:  # the counter's final position, not the earlier pass's total
         last = max(scan.last_step for scan in run.logs if scan.last_step is not None)
     facts: dict[str, object] = {"last_step": last, "max_steps": planned}

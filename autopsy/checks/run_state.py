@@ -186,13 +186,16 @@ def exited_cleanly(run: Run) -> bool:
 
 
 def progress_artifact_mtime(run: Run) -> tuple[float | None, str | None]:
-    """Newest mtime among event files, trainer_state and checkpoint files, with its path.
+    """Newest mtime among event files, trainer_state, metric tables and checkpoint files, with its path.
 
     (None, None) when mtimes are not the run's own (a copy or a clone: ``run.clock``).
     """
     best: tuple[float | None, str | None] = (None, None)
     for art in run.discovery.artifacts:
-        if art.kind in (ArtifactKind.TFEVENTS, ArtifactKind.TRAINER_STATE, ArtifactKind.CHECKPOINT_FILE):
+        # a metric table (Lightning's metrics.csv, mmengine's scalars.json, SB3's progress.csv) is
+        # rewritten or appended at every log interval: its mtime is the last logged step's, too
+        if art.kind in (ArtifactKind.TFEVENTS, ArtifactKind.TRAINER_STATE, ArtifactKind.CHECKPOINT_FILE,
+                        ArtifactKind.METRICS):
             t = run.clock.mtime(art)
             if t is not None and (best[0] is None or t > best[0]):
                 best = (t, art.path)

@@ -78,6 +78,8 @@ def find_checkpoints(root: Path, artifacts: Sequence[Artifact], *, now: float,
                 rest.append(art)
     for d in _not_hf(hf):  # accelerate's automatic naming is checkpoints/checkpoint_<i>, too
         rest.extend(a for a in hf.pop(d) if a.kind is ArtifactKind.CHECKPOINT_FILE)
+    for d in [d for d, arts in hf.items() if _state_only(d, arts)]:
+        del hf[d]
     out = [_hf_checkpoint(root, d, arts, now, in_progress_seconds) for d, arts in sorted(hf.items())]
 
     from autopsy.parsers.checkpoint_layouts import group_framework
@@ -148,6 +150,18 @@ def _not_hf(hf: dict[str, list[Artifact]]) -> list[str]:
     parents = {_split(d)[0] for d in acc}
     acc |= {d for d in hf if _split(d)[0] in parents and not any(_HF_MARKERS.match(n) for n in tops(d))}
     return sorted(acc)
+
+
+def _state_only(directory: str, arts: list[Artifact]) -> bool:
+    """A ``checkpoint-<n>/`` holding HF's ``trainer_state.json`` and none of the files it is saved after
+    (weights, optimizer, scheduler, RNG state): the Trainer writes the state last, so this is no save cut
+    short but a copy that left the large files behind (a repository that committed only the small ones:
+    subro608/Deep_learning_Bert_project2's ``checkpoint-2400/trainer_state.json``). Not a checkpoint;
+    its state is still read as the run's ``trainer_state``."""
+    top = {a.path[len(directory) + 1:] for a in arts if "/" not in a.path[len(directory) + 1:]}
+    payload = [a for a in arts if a.kind is ArtifactKind.CHECKPOINT_FILE
+               and not a.path.endswith("/training_args.bin")]
+    return "trainer_state.json" in top and not payload
 
 
 def _hf_checkpoint(root: Path, directory: str, arts: list[Artifact], now: float, window: float) -> Checkpoint:

@@ -112,6 +112,10 @@ def _read_text(text: str, fs_path: Path, rel_path: str, kind: ArtifactKind, deta
         return _json(text, rel_path, source)
     if name.endswith(".toml"):
         return _toml(text, rel_path, source)
+    if detail == "py_dump":
+        from autopsy.parsers.py_config import read_py_dump
+
+        return read_py_dump(text, rel_path)
     return Parsed([], ParseStatus.SKIPPED, "config format not parsed (only YAML, JSON, TOML)")
 
 

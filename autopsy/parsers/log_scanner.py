@@ -87,6 +87,7 @@ class LogScanner(BlockContext):
         self.reader_count = 0
         self.metric_finder: LiteralFinder | None = None
         self.max_epochs_seen: int | None = None
+        self.step_line_epoch: int | None = None  # the highest epoch counter on a step line
         self.after_gap = False  # reading the tail after a skipped middle (max_bytes)
         self.series = SeriesStore()
         # learnt dict layouts, with the store's tag ids and the bar + dict regex (log_fast)
@@ -416,6 +417,8 @@ class LogScanner(BlockContext):
             return False
         self._advance_bars(e)
         step = self.epoch_guard.step(sl)  # None once steps are seen to restart every epoch
+        if sl.epoch is not None and (self.step_line_epoch is None or sl.epoch > self.step_line_epoch):
+            self.step_line_epoch = sl.epoch
         self.cur_step = step
         self.step_pos = self.base + e
         if sl.total and (self.max_steps_seen is None or sl.total > self.max_steps_seen):
@@ -456,7 +459,7 @@ class LogScanner(BlockContext):
         scan.last_step = self.cur_step
         scan.max_steps_seen = self.max_steps_seen
         scan.max_epochs_seen = self.max_epochs_seen
-        scan.last_epoch_seen = self.reader.last_epoch
+        scan.last_epoch_seen = self.reader.last_epoch if self.reader.last_epoch is not None else self.step_line_epoch
         scan.last_epoch_unfinished = self.reader.epoch_unfinished
         # no real step ever seen: every step given was a dict ordinal. (Ordinals before a later
         # bar or step line stay as they are: rare, and the real steps after them are right.)

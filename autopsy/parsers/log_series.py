@@ -249,7 +249,10 @@ def parse_step_line(text: str) -> StepLine | None:
             if got is None or got[0] >= MAX_STEP:  # 12-digit epochs x batches: no real step
                 return None
             values = _values(text, mm.end())
-            return StepLine(got[0], got[1], tuple(values)) if values else None
+            # "Epoch(train) [132][3/6]": the epoch counter, for how far the run got against its
+            # planned epochs (the step is global already, so it never restarts)
+            epoch = int(mm.group("a")) if mm.group("kind") == "Epoch" and mm.group("b") is not None else None
+            return StepLine(got[0], got[1], tuple(values), epoch) if values else None
     m = _STEP_HEAD.search(text)
     if m is None:
         return None
