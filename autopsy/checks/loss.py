@@ -176,7 +176,7 @@ def plateau(ctx: CheckContext) -> Iterable[Finding]:
     from autopsy.checks.plateau_short import short_plateau
 
     train = load_series(ctx.run, "loss")
-    if train is not None and takes_both_signs(train):
+    if train is not None and takes_both_signs(train, float(ctx.param("edge_fraction"))):
         f = train.finite().values
         raise NotEvaluated(f"the training loss '{train.tag}' takes both signs ({float(f.min()):.4g} .. "
                            f"{float(f.max()):.4g}): a signed objective (an RL policy loss with its entropy "
@@ -193,13 +193,17 @@ def plateau(ctx: CheckContext) -> Iterable[Finding]:
     return found or short_plateau(ctx, train_too_short=too_short)
 
 
-def takes_both_signs(s: Series) -> bool:
-    """A loss series with clearly negative and clearly positive points: an objective that crosses zero
-    (SB3 PPO's ``train/loss`` = policy-gradient loss + value loss - entropy bonus: -0.0077 at the start,
-    0.0039 at the end), whose "improvement" relative to its own size is meaningless. A loss printed as
-    ``-0.0`` is not negative."""
+def takes_both_signs(s: Series, edge_fraction: float) -> bool:
+    """A loss whose start and end sit on opposite sides of zero: an objective that crosses zero (SB3 PPO's
+    ``train/loss`` = policy-gradient loss + value loss - entropy bonus: median -0.0077 at the start, 0.0039
+    at the end), whose "improvement" relative to its own size is meaningless. A loss that only scatters
+    across zero around a level of one sign (trans4mom's flat ``Train Loss``) is still judged; ``-0.0`` is
+    not negative."""
     f = s.finite().values
-    return bool(len(f)) and float(f.min()) < 0 < float(f.max())
+    if not len(f) or not float(f.min()) < 0 < float(f.max()):
+        return False
+    head, tail = head_tail_medians(f, edge_fraction)
+    return head * tail <= 0
 
 
 def _long_plateau(ctx: CheckContext) -> list[Finding]:
