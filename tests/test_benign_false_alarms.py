@@ -250,6 +250,13 @@ _STEADY_THEN_UP = _lightning_csv([2.3 * (1 + 0.03 * ((i * 7) % 5 - 2)) * (3.0 if
 # for 200: it got worse and stayed there (a reviewer's case; with the rise left unjudged it gave no finding at all)
 _SUPERVISED_ROSE = _lightning_csv([2.0 + 3.0 * min(i, 199) / 199 + 0.01 * ((i * 7) % 5 - 2) for i in range(400)])
 
+# stable-baselines3's progress.csv (Sb3Test, a corpus entry's shape): a PPO loss that follows its value loss up
+# as rare large rewards come in, beside the rollout's reward column; the same loss without the RL columns is
+# _SUPERVISED_ROSE's case
+_SB3_PROGRESS = "rollout/ep_rew_mean,time/total_timesteps,train/loss,train/value_loss\n" + "".join(
+    f"{-80 + i * 0.5:.1f},{10 * (i + 1)},{2000 + 40 * min(i, 150) + 7 * ((i * 7) % 5):.1f},"
+    f"{4000 + 80 * min(i, 150):.1f}\n" for i in range(300))
+
 CASES = [
     # (id, files, rule, fires)
     ("fairseq_overflow_loss_falling", {"train.log": _FAIRSEQ_FALLING}, "loss.nonfinite", False),
@@ -269,6 +276,7 @@ CASES = [
     ("rl_sessions_loss_rising", {"train_log.txt": _dqn_log(_DQN_SESSIONS)}, "loss.plateau", False),
     ("rl_session_loss_flat", {"train_log.txt": _DQN_FLAT}, "loss.plateau", True),
     ("supervised_loss_rose_and_stayed", {"metrics.csv": _SUPERVISED_ROSE}, "loss.plateau", True),
+    ("rl_table_loss_rising_with_rewards", {"logs/progress.csv": _SB3_PROGRESS}, "loss.plateau", False),
     ("nemo_val_loss_carried_in_epoch", {"train.log": _NEMO_CARRIED}, "loss.plateau", False),
     ("tflearn_val_loss_frozen_across_epochs", {"train.log": _TFLEARN_FROZEN_VAL}, "loss.plateau", True),
     ("keras_val_loss_frozen_across_epochs", {"train.log": _KERAS_FROZEN_VAL}, "loss.plateau", True),

@@ -34,13 +34,14 @@ def _files(root: Path) -> list[Path]:
 def _set_mtimes(root: Path, t: float, step: float = 0.0) -> None:
     """Give every file mtime ``t`` (+ ``step`` per file in walk order, as ``cp -r`` writes them)."""
     for i, p in enumerate(_files(root)):
-        os.utime(p, (t + i * step, t + i * step))
+        # a link's own time (W&B's debug-core.log points out of the run, at a file that need not exist here)
+        os.utime(p, (t + i * step, t + i * step), follow_symlinks=False)
 
 
 def _copy(name: str, dest: Path) -> Path:
-    """``cp -r``: contents copied, mtimes not kept (then set by the scenario)."""
+    """``cp -r``: contents copied, symbolic links as links, mtimes not kept (then set by the scenario)."""
     out = dest / name
-    shutil.copytree(RUNS / name, out, copy_function=shutil.copyfile)
+    shutil.copytree(RUNS / name, out, symlinks=True, copy_function=shutil.copyfile)
     return out
 
 

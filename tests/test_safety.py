@@ -37,9 +37,12 @@ def _snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
 
 
 def _make_read_only(root: Path) -> None:
+    # (a symbolic link has no mode of its own on Linux: chmod would go to its target, which may be
+    # outside the copy or absent, as W&B's debug-core.log -> ~/.cache/wandb/... is on a fresh machine)
     for dirpath, _dirnames, filenames in os.walk(root, topdown=False):
         for name in filenames:
-            os.chmod(Path(dirpath) / name, 0o444)
+            if not (Path(dirpath) / name).is_symlink():
+                os.chmod(Path(dirpath) / name, 0o444)
         os.chmod(dirpath, 0o555)
 
 
@@ -47,7 +50,8 @@ def _make_writable(root: Path) -> None:
     for dirpath, _dirnames, filenames in os.walk(root):
         os.chmod(dirpath, 0o755)
         for name in filenames:
-            os.chmod(Path(dirpath) / name, 0o644)
+            if not (Path(dirpath) / name).is_symlink():
+                os.chmod(Path(dirpath) / name, 0o644)
 
 
 def _fixture_runs() -> list[Path]:

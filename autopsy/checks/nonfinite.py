@@ -42,18 +42,22 @@ SCALER_PATTERNS = ScalerPatterns(
 # regression error, the loss a regression objective is judged by (XGBoost "train-rmse", Keras "val_mae", CNTK
 # "mse"): NaN there means the predictions are NaN. Not MAPE, which is infinite by definition on a zero target.
 _LOSS_WORD = re.compile(r"(?:^|[^a-z])(?:loss|losses|nll|xent|r?mse|mae)(?:$|[^a-z])")  # xent: OpenNMT, Marian
+_ERROR_WORD = re.compile(r"(?:^|[^a-z])(?:r?mse|mae)(?:$|[^a-z])")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _NOT_LOSS = re.compile(r"scale|scaler|weight|coef|ratio|factor|count|num_|_num|skipped")
 
 
-def is_loss_like(tag: str, metric: object) -> bool:
-    """True for a series that is a loss: canonical ``loss``/``eval_loss`` or a tag naming one."""
+def is_loss_like(tag: str, metric: object, errors: bool = True) -> bool:
+    """True for a series that is a loss: canonical ``loss``/``eval_loss`` or a tag naming one (with ``errors``,
+    a regression error too: ``rmse``, ``mse``, ``mae``)."""
     if metric in (LOSS, EVAL_LOSS):
         return True
     if isinstance(metric, str) and metric:
         return False  # canonical and not a loss (loss_scale, lr, grad_norm...)
     t = _CAMEL.sub("_", tag).lower()  # CamelCase words are words (CNTK "TrainLossPerSample", MXNet "TrainLoss")
-    return bool(_LOSS_WORD.search(t)) and not _NOT_LOSS.search(t)
+    if not _LOSS_WORD.search(t) or _NOT_LOSS.search(t):
+        return False
+    return errors or not _ERROR_WORD.search(t) or bool(_LOSS_WORD.search(_ERROR_WORD.sub(" ", t)))
 
 
 def loss_like_series(run: Run, skip: Iterable[tuple[str, str]] = ()) -> list[Series]:
@@ -61,8 +65,11 @@ def loss_like_series(run: Run, skip: Iterable[tuple[str, str]] = ()) -> list[Ser
     df = run.scalars
     if df.empty:
         return []
-    like = {str(t) for t, m in distinct_rows(df, ("tag", "metric"))
-            if is_loss_like(str(t), m if isinstance(m, str) else None)}
+    pairs = [(str(t), m if isinstance(m, str) else None) for t, m in distinct_rows(df, ("tag", "metric"))]
+    # A regression error is the loss only where nothing is called a loss: XGBoost's "train-rmse", CNTK's
+    # "mse". Beside Keras' "loss" (an MSE objective) its "mae" metric is a metric, and an inf loss already
+    # says what a non-finite mae would repeat.
+    like = {t for t, m in pairs if is_loss_like(t, m, errors=False)} or {t for t, m in pairs if is_loss_like(t, m)}
     if not like:
         return []
     # Positions, not a filtered copy of the frame (no astype(str): a categorical compares by codes)

@@ -20,15 +20,25 @@ from autopsy.run import Run
 _RL_WORDS = regex.compile(r"(?i)\bepisodes?\b|\bepsilon\b|ε|\brewards?\b|\bep_?rew|\bq[_-]?values?\b")
 
 
+# The same in a metric table's columns: stable-baselines3's progress.csv ("rollout/ep_rew_mean",
+# "rollout/ep_len_mean" beside "train/loss"), rllib's "episode_reward_mean".
+_RL_TAG = regex.compile(r"(?i)ep_?rew|ep_?len|episode|reward")
+
+
 def reinforcement_learning_lines(run: Run, s: Series) -> bool:
-    """Some kept line of the series' log carries both its loss key and a reinforcement-learning word."""
+    """Some kept line of the series' log carries both its loss key and a reinforcement-learning word, or the
+    series' file has a reinforcement-learning column."""
     key = s.tag.lower()
     for scan in run.logs:
         if scan.path != s.path:
             continue
         lines = list(scan.head) + [line for _, line in scan.tail]
         return any(key in line.lower() and _RL_WORDS.search(line) for line in lines)
-    return False
+    df = run.scalars
+    if df.empty:
+        return False
+    tags = df["tag"].iloc[(df["path"] == s.path).to_numpy(dtype=bool)].unique()
+    return any(_RL_TAG.search(str(t)) for t in tags)
 
 
 def rose(ctx: CheckContext, run: Run, s: Series, initial: float, final: float, window_steps: tuple[int, int],

@@ -460,8 +460,10 @@ def _restarted_short(run: Run) -> bool:
     line after the restarted counter, the stop ended the later pass (a time limit glued to a redraw of
     8/25 after every bar once showed 25/25)."""
     planned = run.max_steps
+    if planned is None or not reached_plan(run):
+        return False  # nothing reached the plan: an ordinary stop short of it, not a restart
     finals = [scan.last_step for scan in run.logs if scan.last_step is not None]
-    return planned is not None and bool(finals) and all(f < planned for f in finals)
+    return bool(finals) and all(f < planned for f in finals)
 
 
 def _outlived(sig: Signal, signals: list[Signal]) -> bool:
