@@ -178,11 +178,15 @@ def test_config_reader_names_the_values_out_of_range(tmp_path: Path) -> None:
 
 def test_a_checkpoint_named_with_a_huge_step_is_not_a_rule_error(tmp_path: Path) -> None:
     run = _run_with(tmp_path)
+    # (an optimizer file beside the state: a checkpoint-N/ holding trainer_state.json alone is a copy of the
+    # state, not a checkpoint, and is not listed)
     ck = run / "checkpoint-99999999999999999999"
     ck.mkdir()
     (ck / "trainer_state.json").write_text('{"global_step": 5}')
+    (ck / "optimizer.pt").write_bytes(b"PK\x03\x04" + bytes(60))
     (run / "checkpoint-10").mkdir()
     (run / "checkpoint-10" / "trainer_state.json").write_text('{"global_step": 10}')
+    (run / "checkpoint-10" / "optimizer.pt").write_bytes(b"PK\x03\x04" + bytes(60))
     _no_rule_errors(run)
     loaded = autopsy.load_run(str(run))
     huge = [c for c in loaded.checkpoint_list if c.path.endswith("99999999999999999999")]
