@@ -21,6 +21,7 @@ import regex
 from autopsy.checks.common import frame_text, other_rule_fired_lines
 from autopsy.engine.types import CheckContext
 from autopsy.model import Confidence, Evidence, Finding
+from autopsy.parsers.log_series import parse_bar
 from autopsy.parsers.types import Frame, Hit, LogScan, Traceback
 from autopsy.run import Run
 
@@ -213,6 +214,12 @@ def _last_meaningful(scan: LogScan, ignorable: regex.Pattern[str], before: int |
     return None
 
 
+def _bar_moved(text: str) -> bool:
+    """The line's last redraw is a progress bar past its first item ("85/5049 [00:48<46:01, 1.80it/s]")."""
+    bar = parse_bar(text.rsplit("\r", 1)[-1])
+    return bar is not None and bar.n > 0
+
+
 def setup_stall_hits(run: Run, setup_hits: list[Hit], ignorable: regex.Pattern[str],
                      before: dict[str, int] | None = None) -> list[Hit]:
     """Setup messages that are the last meaningful line of their log (warnings, banners and NCCL INFO
@@ -234,6 +241,8 @@ def setup_stall_hits(run: Run, setup_hits: list[Hit], ignorable: regex.Pattern[s
         lead = max(hits, key=lambda h: h.lineno)
         # the setup line itself may be one of the ignorable ones (NCCL INFO, a 0% bar)
         if last is None or lead.lineno >= last[0]:
+            if last is not None and lead.lineno == last[0] and _bar_moved(last[1]):
+                continue  # tqdm's redraws after the 0% bar on the same line: the loop got its batches
             out.append(lead)
     return out
 
