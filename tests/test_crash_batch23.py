@@ -69,3 +69,53 @@ def test_bar_moving_on_the_setup_line_is_no_stall(tmp_path) -> None:  # type: ig
 def test_bar_left_at_zero_is_still_a_setup_stall(tmp_path) -> None:  # type: ignore[no-untyped-def]
     report = analyze_text(tmp_path, _BAR_AT_ZERO, "train_output.log")
     assert "run.stalled" in rules_of(report)
+
+
+# sslvit_video: a video SSL run's step lines name the total loss "L" beside its parts (mfm, top)
+_L_STEP_LINES = "".join(
+    f"[INFO] ep=15 step={s}/193 LR=4.97e-04 L={v} mfm={m}(w=1.00,mask=0.75,ema=0.996) top=1.2139(w=1.00,shuf=0.50)"
+    f" top_acc=0.5417\n"
+    for s, v, m in [(20, "1.2165", "0.0026"), (40, "1.2261", "0.0019"), (60, "1.3373", "0.0017"),
+                    (80, "1.2375", "0.0016"), (100, "1.1614", "0.0021"), (120, "nan", "nan"),
+                    (140, "nan", "nan"), (160, "nan", "nan")])
+
+
+def test_one_letter_L_of_a_step_line_is_the_loss(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    report = analyze_text(tmp_path, _L_STEP_LINES, "train_ssl.log")
+    assert report.primary is not None and report.primary.rule == "loss.nonfinite"
+
+
+def test_L_beside_a_named_loss_is_not_the_loss() -> None:
+    from autopsy.parsers.log_series import parse_step_line
+
+    # a step line that names its loss keeps "L" as whatever it is (here a sequence length)
+    sl = parse_step_line("step 100 | loss 2.31 | L 512 | lr 3e-4")
+    assert sl is not None
+    assert dict(sl.values)["loss"] == 2.31 and dict(sl.values)["L"] == 512
+
+
+# tnnform: nanoGPT's W&B run summary at the end of the log holds the model's size beside its losses
+_WANDB_SUMMARY = (b"wandb: Run summary:\n"
+                  b"wandb: attention_order 3\n"
+                  b"wandb:            iter 3000\n"
+                  b"wandb:              lr 0.0001\n"
+                  b"wandb:        n_params 24627840\n"
+                  b"wandb:      train/loss 0.02522\n"
+                  b"wandb:        val/loss 0.85618\n"
+                  b"wandb: \n")
+
+
+def test_wandb_summary_reads_losses_not_the_parameter_count() -> None:
+    from autopsy.parsers import log_text as lt
+    from autopsy.parsers.metric_reader import MetricReader
+
+    reader = MetricReader()
+    reader.learn(_WANDB_SUMMARY, whole=True)
+    tags = set()
+    for raw in _WANDB_SUMMARY.split(b"\n"):
+        text, _ = lt.clean(raw)
+        r = reader.read(text)
+        if r is not None:
+            tags.update(t for t, _ in r.values)
+    assert "n_params" not in tags
+    assert {"train/loss", "val/loss"} <= tags

@@ -240,6 +240,14 @@ def _mm_step(m: re.Match[str]) -> tuple[int, int | None] | None:
     return done * per_epoch + b, total if total is None or total < MAX_STEP else None
 
 
+def _bare_loss(values: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """A step line's one-letter ``L`` is its loss (the objective's usual symbol: ``step=120/193 LR=4.97e-04
+    L=1.2165 mfm=0.0026``) when no other key of the line names a loss."""
+    if not any(k == "L" for k, _ in values) or any("loss" in k.lower() for k, _ in values):
+        return values
+    return [("loss" if k == "L" else k, v) for k, v in values]
+
+
 def parse_step_line(text: str) -> StepLine | None:
     """A ``step N ... name value`` training line, or None."""
     if "[" in text and ("Iter" in text or "Epoch" in text):
@@ -256,7 +264,7 @@ def parse_step_line(text: str) -> StepLine | None:
     m = _STEP_HEAD.search(text)
     if m is None:
         return None
-    values = _values(text, m.end())
+    values = _bare_loss(_values(text, m.end()))
     if not values:
         return None
     total = int(m.group(2)) if m.group(2) else None

@@ -393,6 +393,8 @@ class MetricReader:
         key = clean_key(m.group("key"))
         if v is None or is_step_key(key) or key.endswith(("_step", "/step")):
             return None
+        if _CONFIG_KEY.match(key + "="):  # a summary's settings and counts ("wandb: n_params 24627840")
+            return None
         return Reading(_tagged([(key, v)], split), None, split, style.name)
 
     def _table_row(self, text: str) -> Reading | None:
