@@ -3,6 +3,11 @@
     python scripts/corpus_rate.py /work/staging/crash/batch01            # its expected.yaml
     python scripts/corpus_rate.py fixtures/corpus fixtures/corpus_expected.yaml -v
 
+It analyses with the autopsy code and cards of the checkout it sits in (its own root goes first on
+``sys.path``; ``PYTHONPATH`` cannot point it elsewhere). To compare two revisions, run each one's own
+copy of this script on the same labels, e.g. from ``git worktree add --detach /tmp/old REV``:
+``cd /tmp/old && python scripts/corpus_rate.py /abs/fixtures/corpus /abs/fixtures/corpus_expected.yaml -v``.
+
 An entry passes when the report's primary rule is the labelled one and every ``fires`` /
 ``not_fires`` holds: the same test as tests/test_corpus.py, so a batch's rate measured here is
 the rate the test suite will see once the batch is adopted. ``todo`` labels are ignored (the

@@ -9,6 +9,7 @@ loss's own lines ("Episode 12/500 | ... | Loss: 2.06 | ε: 0.31"), and then the 
 
 from __future__ import annotations
 
+import numpy as np
 import regex
 
 from autopsy.checks.series import Series
@@ -45,6 +46,11 @@ def rose(ctx: CheckContext, run: Run, s: Series, initial: float, final: float, w
          facts: dict[str, object], ev: list[Evidence]) -> list[Finding]:
     """The finding for a loss that rose past ``diverged_factor`` times its start, or none for an RL loss."""
     if reinforcement_learning_lines(run, s):
+        return []
+    # The rise must stand out of the series' own scatter: most of the end above most of the start. Per-batch
+    # losses spread over decades (a detector's first epoch: 0.0003 to 1.3) move their medians by chance.
+    k = max(3, int(len(s.values) * float(ctx.param("edge_fraction"))))
+    if not float(np.percentile(s.values[-k:], 25)) > float(np.percentile(s.values[:k], 75)):
         return []
     facts["mode"] = "rose"
     facts["rise_factor"] = round(final / initial, 3)
