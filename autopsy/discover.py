@@ -259,12 +259,16 @@ def _confirm_records(path: str) -> str | None:
     ``{"level": "info", "message": ...}``)."""
     import json
 
+    tail = b""
     try:
         with open_binary(path) as fh:
             data = fh.read(JSON_SNIFF_BYTES).lstrip()
+            listed = _FIRST_LISTED_RECORD.match(data)
+            if listed:  # and its last bytes, in the same open: does the list close at the file's end?
+                fh.seek(max(0, fh.seek(0, 2) - 256))
+                tail = fh.read(256)
     except OSError:
         return None
-    listed = _FIRST_LISTED_RECORD.match(data)
     first, detail = (listed.group(1), "json") if listed else (data.split(b"\n", 1)[0], "jsonl")
     try:
         obj = json.loads(first)
@@ -277,24 +281,12 @@ def _confirm_records(path: str) -> str | None:
     numbers = sum(isinstance(v, (int, float)) and not isinstance(v, bool) for v in obj.values())
     if numbers < max(2, len(obj) // 2):
         return None
-    if detail == "json" and not _ends_a_record_list(path):
+    if listed and not _RECORD_LIST_END.search(tail):
         # a log that opens with a JSON list (a hyper-parameter dump) and goes on with step lines and a
-        # traceback is a log: read as a table it would fail to parse and never be scanned
+        # traceback is a log: read as a table it would fail to parse and never be scanned. A whole JSON
+        # list's last non-blank bytes close its last record and the list ("}" then "]").
         return None
     return detail
-
-
-def _ends_a_record_list(path: str) -> bool:
-    """The file's last non-blank bytes close a list of records ("}" then "]"), as a whole JSON list does."""
-    try:
-        with open_binary(path) as fh:
-            fh.seek(0, 2)
-            size = fh.tell()
-            fh.seek(max(0, size - 256))
-            tail = fh.read(256)
-    except OSError:
-        return False
-    return _RECORD_LIST_END.search(tail) is not None
 
 
 def _refine_trackers(artifacts: list[Artifact]) -> list[Artifact]:

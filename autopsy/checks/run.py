@@ -375,8 +375,9 @@ def incomplete(ctx: CheckContext) -> Iterable[Finding]:
             return []  # no planned count, but the program said its training finished (Lightning's max_epochs)
         raise NotEvaluated("no planned step count (max_steps) or epoch count (epochs, 'Epoch N/M') "
                            "and no termination line")
-    restarted = bool(hits) and _restarted_short(run)
-    if (reached_plan(run) and not restarted) or (epochs is not None and epochs.reached):
+    reached = reached_plan(run)
+    restarted = reached and bool(hits) and _restarted_short(run)
+    if (reached and not restarted) or (epochs is not None and epochs.reached):
         return []
     if not hits and not term_codes and early_stopped(run) is not None:
         return []  # its early-stopping callback ended it: the best validation value is patience epochs back
@@ -453,17 +454,17 @@ def incomplete(ctx: CheckContext) -> Iterable[Finding]:
 
 
 def _restarted_short(run: Run) -> bool:
-    """Every log's progress ended short of the plan that an earlier pass reached: the counter started
-    over (a second round of workers' bars, the next loop over the same total) before the stop.
+    """Every log's progress ended short of the plan, which (the caller has seen) an earlier pass reached:
+    the counter started over (a second round of workers' bars, the next loop over the same total)
+    before the stop.
 
     The highest step reached the planned count, so the plan alone says "finished"; with a termination
     line after the restarted counter, the stop ended the later pass (a time limit glued to a redraw of
-    8/25 after every bar once showed 25/25)."""
+    8/25 after every bar once showed 25/25). Asked only when the plan was reached: otherwise a stop
+    short of it is an ordinary one, not a restart."""
     planned = run.max_steps
-    if planned is None or not reached_plan(run):
-        return False  # nothing reached the plan: an ordinary stop short of it, not a restart
     finals = [scan.last_step for scan in run.logs if scan.last_step is not None]
-    return bool(finals) and all(f < planned for f in finals)
+    return planned is not None and bool(finals) and all(f < planned for f in finals)
 
 
 def _outlived(sig: Signal, signals: list[Signal]) -> bool:

@@ -159,13 +159,11 @@ def _all_end_signals(run: Run) -> list[Signal]:
             continue
         out.append(Signal("exit_code", f"exit code {code}", Evidence(path=path, excerpt=str(code)),
                           code in TERMINATION_EXIT_CODES))
-    # the header lines of tracebacks cut before their exception line that a stop marks (hang.marked_stop),
-    # and of whole tracebacks whose exception is a stop (KeyboardInterrupt, a SignalException): the header
-    # line read again from the tail is that stop's traceback, not a second, unexplained error
-    stop_heads = {(tb.path, tb.line_start) for tb in run.all_tracebacks
-                  if (not tb.exc_type and ctrl_c_marked(run, tb))
-                  or (tb.exc_type and tb.exc_type.rsplit(".", 1)[-1] in TERMINATION_EXCEPTIONS)}
-    # the lines of tracebacks that are an outside stop surfacing (is_signal_stop): their exception lines are the stop's
+    # the header lines of tracebacks cut before their exception line that a stop marks (hang.marked_stop)
+    stop_heads = {(tb.path, tb.line_start) for tb in run.all_tracebacks if not tb.exc_type and ctrl_c_marked(run, tb)}
+    # every line of a traceback that is an outside stop surfacing (is_signal_stop: KeyboardInterrupt, a
+    # SignalException, workers killed by SIGTERM), its header and exception lines included: read again from
+    # the tail, they are that stop's traceback, not a second, unexplained error
     stop_spans = [(t.path, t.line_start, t.line_end) for tb in run.all_tracebacks if is_signal_stop(tb)
                   for t in tb_chain(tb)]
     for scan in run.logs:
